@@ -1,0 +1,115 @@
+# What every command shares: the data directory, JSON output, progress and errors.
+#
+# The shell's outer edge: it may print and read the environment; the commands
+# built on it stay short.
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+from eva.core.keys import StreamId, parse_stream
+from eva.store.event_store import EventStore
+from eva.store.lmdb_kv import open_backend
+
+DEFAULT_DATA = "./eva-data"
+
+
+class UserError(Exception):
+    """A problem the person running the command can fix; printed without a traceback."""
+
+
+def add_data_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--data",
+        type=Path,
+        default=Path(os.environ.get("EVA_DATA", DEFAULT_DATA)),
+        help="data directory (default: $EVA_DATA, else ./eva-data)",
+    )
+
+
+def add_json_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print one JSON object for scripts")
+
+
+def open_store(data: Path, *, must_exist: bool = True) -> EventStore:
+    """The store of a data directory; with `must_exist`, a missing one is a UserError."""
+    if must_exist and not (data / "data.mdb").exists():
+        raise UserError(f"no Eva data directory at {data} (set --data or EVA_DATA)")
+    return EventStore(open_backend(data))
+
+
+def find_stream(store: EventStore, text: str) -> StreamId:
+    """A channel given as GUILD/CHANNEL, a channel id, or a channel name."""
+    metas = store.streams()
+    try:
+        stream = parse_stream(text)
+    except ValueError:
+        matches = [
+            StreamId(m.guild_id, m.channel_id)
+            for m in metas
+            if text in (str(m.channel_id), m.channel_name, f"#{m.channel_name}")
+        ]
+        if len(matches) == 1:
+            return matches[0]
+        known = ", ".join(f"{m.guild_id}/{m.channel_id} (#{m.channel_name})" for m in metas)
+        if not matches:
+            raise UserError(f"no channel {text!r} in this data directory; known: {known or 'none'}")
+        raise UserError(f"{text!r} names several channels; use GUILD/CHANNEL: {known}") from None
+    if all(StreamId(m.guild_id, m.channel_id) != stream for m in metas):
+        raise UserError(f"no channel {stream} in this data directory")
+    return stream
+
+
+def print_json(value: Any, out: TextIO = sys.stdout) -> None:
+    out.write(json.dumps(value, ensure_ascii=False) + "\n")
+
+
+class Progress:
+    """A progress bar on standard error: redrawn in place on a terminal, a few lines otherwise."""
+
+    def __init__(self, label: str, total: int, out: TextIO = sys.stderr, quiet: bool = False):
+        self.label = label
+        self.total = max(total, 1)
+        self.done = 0
+        self.out = out
+        self.quiet = quiet
+        self.tty = out.isatty()
+        self._started = time.monotonic()
+        self._drawn = 0.0
+        self._last_tenth = -1
+
+    def advance(self, count: int = 1) -> None:
+        self.done += count
+        now = time.monotonic()
+        if self.quiet:
+            return
+        if self.tty:
+            if now - self._drawn >= 0.1 or self.done >= self.total:
+                self._drawn = now
+                self._draw(now)
+        else:
+            tenth = min(10, self.done * 10 // self.total)
+            if tenth != self._last_tenth and now - self._started > 1.0:
+                self._last_tenth = tenth
+                self.out.write(f"{self.label}: {self.done}/{self.total}\n")
+
+    def _draw(self, now: float) -> None:
+        share = min(1.0, self.done / self.total)
+        filled = int(share * 30)
+        rate = self.done / max(now - self._started, 1e-9)
+        bar = "#" * filled + "-" * (30 - filled)
+        self.out.write(
+            f"\r{self.label} [{bar}] {self.done}/{self.total} {share:4.0%} {rate:,.0f}/s"
+        )
+        self.out.flush()
+
+    def close(self) -> None:
+        if self.tty and not self.quiet:
+            self._draw(time.monotonic())
+            self.out.write("\n")
+            self.out.flush()

@@ -1,0 +1,183 @@
+# The event vocabulary of a channel's stream: one tagged union of frozen Structs.
+#
+# Knows nothing of storage or IO; it only says what can happen in a channel.
+# Invariants (the log is read back for years, so these never change):
+# - every tag is explicit and stable; a tag is never reused for another shape;
+# - events are array-like, so fields are never reordered or removed, and a
+#   field added later goes at the end of its Struct with a default;
+# - times are integer milliseconds since the Unix epoch in UTC, with the
+#   writer's UTC offset in minutes kept beside message times;
+# - forget events hold a hashed person id and counts, never content.
+from __future__ import annotations
+
+from typing import Literal, TypeAlias
+
+import msgspec
+
+
+class Event(msgspec.Struct, frozen=True, kw_only=True, array_like=True, tag_field="type"):
+    """Base of every event.
+
+    Each event declares `at_ms` (when it happened, UTC milliseconds) as its own
+    first field: fields of a keyword-only base would be laid out after the
+    subclass's, and a field added later would then shift them.
+    """
+
+
+class ChannelDescribed(Event, tag="channel.described"):
+    """The names and time zone of a channel, as last seen."""
+
+    at_ms: int
+    guild_id: int
+    channel_id: int
+    guild_name: str = ""
+    channel_name: str = ""
+    time_zone: str = "UTC"
+
+
+class MessagePosted(Event, tag="message.posted"):
+    """A chat message; `index` numbers the channel's messages from 0 with no gap."""
+
+    at_ms: int
+    index: int
+    message_id: int
+    author_id: int
+    author_name: str
+    bot: bool = False
+    utc_offset_min: int = 0
+    content: str = ""
+    reply_to: int | None = None
+    attachments: tuple[str, ...] = ()
+    edited_at_ms: int | None = None
+
+
+class MessageEdited(Event, tag="message.edited"):
+    """New text for a message already posted; `at_ms` is the edit time."""
+
+    at_ms: int
+    index: int
+    message_id: int
+    content: str
+    attachments: tuple[str, ...] = ()
+
+
+class MessageDeleted(Event, tag="message.deleted"):
+    """A message deleted in Discord; its index stays as an erased slot."""
+
+    at_ms: int
+    index: int
+    message_id: int
+
+
+LineHow: TypeAlias = Literal["verbatim", "glue", "model"]
+
+
+class Usage(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
+    """Token usage of the model call that made a line."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_write_tokens: int = 0
+    cache_read_tokens: int = 0
+
+
+class LineWritten(Event, tag="line.written"):
+    """A line of memory at address `start+size` (size a power of two, start a multiple)."""
+
+    at_ms: int
+    start: int
+    size: int
+    text: str
+    first_ms: int
+    last_ms: int
+    authors: tuple[int, ...] = ()
+    how: LineHow = "verbatim"
+    model: str = ""
+    usage: Usage | None = None
+
+
+PublishReason: TypeAlias = Literal["quiet", "overflow", "build", "forget", "start"]
+
+
+class RowPublished(Event, tag="row.published"):
+    """The row Eva reads from now on: addresses oldest first, covering 0..frontier-1."""
+
+    at_ms: int
+    entries: tuple[tuple[int, int], ...]
+    frontier: int
+    reason: PublishReason = "build"
+    row_bytes: int = 0
+
+
+class ToolCalled(Event, tag="tool.called"):
+    """A tool call Eva made while answering, with its arguments as JSON text."""
+
+    at_ms: int
+    name: str
+    arguments: str = "{}"
+    result_bytes: int = 0
+
+
+ForgetBy: TypeAlias = Literal["self", "moderator", "deleted", "edited"]
+
+
+class ForgetRequested(Event, tag="forget.requested"):
+    """A tombstone: a person asked to be forgotten (or a moderator did it for them)."""
+
+    at_ms: int
+    person_hash: str
+    by: ForgetBy = "self"
+
+
+class ForgetApplied(Event, tag="forget.applied"):
+    """The audit record of a finished forget: counts only, never content."""
+
+    at_ms: int
+    person_hash: str
+    messages: int = 0
+    lines: int = 0
+
+
+AnyEvent: TypeAlias = (
+    ChannelDescribed
+    | MessagePosted
+    | MessageEdited
+    | MessageDeleted
+    | LineWritten
+    | RowPublished
+    | ToolCalled
+    | ForgetRequested
+    | ForgetApplied
+)
+
+EVENT_TYPES: tuple[type[Event], ...] = (
+    ChannelDescribed,
+    MessagePosted,
+    MessageEdited,
+    MessageDeleted,
+    LineWritten,
+    RowPublished,
+    ToolCalled,
+    ForgetRequested,
+    ForgetApplied,
+)
+
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder(AnyEvent)
+
+
+def encode_event(event: AnyEvent) -> bytes:
+    """The stored bytes of an event."""
+    return _encoder.encode(event)
+
+
+def decode_event(data: bytes | memoryview) -> AnyEvent:
+    """An event from its stored bytes; raises msgspec.DecodeError on bad bytes."""
+    return _decoder.decode(data)
+
+
+def event_tag(event: Event) -> str:
+    """The stable tag of an event, as written in the log and the schema."""
+    tag = event.__struct_config__.tag
+    assert isinstance(tag, str)
+    return tag

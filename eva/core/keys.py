@@ -1,0 +1,93 @@
+# Stream identity and the byte keys of every stored table.
+#
+# Knows nothing of LMDB; it only fixes how keys are laid out so that one
+# stream's entries sit together and sort in the order they are read.
+# Invariants: every key of a stream starts with its 16-byte prefix
+# (guild id, channel id, big-endian), so a prefix scan sees exactly one stream;
+# numbers in keys are big-endian unsigned, so byte order is numeric order.
+from __future__ import annotations
+
+import struct
+from typing import Final, Literal, NamedTuple, TypeAlias
+
+Table: TypeAlias = Literal["events", "streams", "messages", "discord_ids", "lines"]
+
+EVENTS: Final = "events"
+# Every table that is derived from the events, in the order replay compares them.
+PROJECTION_TABLES: Final[tuple[Table, ...]] = ("streams", "messages", "discord_ids", "lines")
+ALL_TABLES: Final[tuple[Table, ...]] = ("events", *PROJECTION_TABLES)
+
+_U64 = struct.Struct(">Q")
+_PREFIX = struct.Struct(">QQ")
+_PREFIX_U64 = struct.Struct(">QQQ")
+_LINE = struct.Struct(">QQBQ")
+MAX_U64: Final = 2**64 - 1
+
+
+class StreamId(NamedTuple):
+    """A guild channel: the unit that owns one event stream."""
+
+    guild_id: int
+    channel_id: int
+
+    def __str__(self) -> str:
+        return f"{self.guild_id}/{self.channel_id}"
+
+
+def parse_stream(text: str) -> StreamId:
+    """`GUILD/CHANNEL` as printed by `str(StreamId)`; raises ValueError otherwise."""
+    guild, sep, channel = text.partition("/")
+    if not sep or not guild.isdigit() or not channel.isdigit():
+        raise ValueError(f"not a channel id of the form GUILD/CHANNEL: {text!r}")
+    stream = StreamId(int(guild), int(channel))
+    if stream.guild_id > MAX_U64 or stream.channel_id > MAX_U64:
+        raise ValueError(f"channel id out of range: {text!r}")
+    return stream
+
+
+def stream_prefix(stream: StreamId) -> bytes:
+    """The 16 bytes every key of the stream starts with (and its `streams` key)."""
+    return _PREFIX.pack(stream.guild_id, stream.channel_id)
+
+
+def stream_of(key: bytes) -> StreamId:
+    """The stream a key belongs to."""
+    guild, channel = _PREFIX.unpack_from(key)
+    return StreamId(guild, channel)
+
+
+def prefix_end(prefix: bytes) -> bytes:
+    """The smallest key greater than every key that starts with `prefix`."""
+    return (int.from_bytes(prefix, "big") + 1).to_bytes(len(prefix), "big")
+
+
+def event_key(stream: StreamId, seq: int) -> bytes:
+    return _PREFIX_U64.pack(stream.guild_id, stream.channel_id, seq)
+
+
+def message_key(stream: StreamId, index: int) -> bytes:
+    return _PREFIX_U64.pack(stream.guild_id, stream.channel_id, index)
+
+
+def discord_id_key(stream: StreamId, message_id: int) -> bytes:
+    return _PREFIX_U64.pack(stream.guild_id, stream.channel_id, message_id)
+
+
+def line_key(stream: StreamId, start: int, size: int) -> bytes:
+    """Lines sort by level, then start: a level's lines sit together."""
+    return _LINE.pack(stream.guild_id, stream.channel_id, size.bit_length() - 1, start)
+
+
+def seq_of(key: bytes) -> int:
+    """The trailing number of an event, message or discord-id key."""
+    (value,) = _U64.unpack_from(key, 16)
+    return value
+
+
+def encode_u64(value: int) -> bytes:
+    return _U64.pack(value)
+
+
+def decode_u64(data: bytes) -> int:
+    (value,) = _U64.unpack(data)
+    return value

@@ -1,0 +1,177 @@
+# Projections: how each event changes the derived tables of its stream.
+#
+# Pure: it reads and writes through the `Tables` protocol and never touches a
+# file, a clock or a lock. The store calls it inside the same write
+# transaction that appends the events, so the log and its projections never
+# disagree. Invariants: an event is applied only at the stream's position
+# (applying one twice is an error); an event that does not fit the state is
+# rejected with `Rejected` before anything of its batch is kept.
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Protocol, assert_never
+
+from eva.core import keys
+from eva.core.events import (
+    AnyEvent,
+    ChannelDescribed,
+    ForgetApplied,
+    ForgetRequested,
+    LineWritten,
+    MessageDeleted,
+    MessageEdited,
+    MessagePosted,
+    RowPublished,
+    ToolCalled,
+)
+from eva.core.keys import StreamId, Table
+from eva.core.state import (
+    LineSlot,
+    MessageSlot,
+    StreamMeta,
+    decode_meta,
+    decode_slot,
+    encode_record,
+)
+
+LINE_LIMIT_BYTES = 512
+
+
+class Tables(Protocol):
+    """Byte-keyed tables inside one transaction."""
+
+    def get(self, table: Table, key: bytes) -> bytes | None: ...
+
+    def put(self, table: Table, key: bytes, value: bytes) -> None: ...
+
+    def delete(self, table: Table, key: bytes) -> None: ...
+
+    def scan(self, table: Table, start: bytes, stop: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """Entries with start <= key < stop, in key order."""
+        ...
+
+
+class Rejected(ValueError):
+    """An event that cannot be applied to the stream as it stands."""
+
+
+def read_meta(tables: Tables, stream: StreamId) -> StreamMeta | None:
+    data = tables.get("streams", keys.stream_prefix(stream))
+    return None if data is None else decode_meta(data)
+
+
+class Projector:
+    """Applies events to the projection tables of one transaction.
+
+    Stream records are cached while a batch is applied and written by `flush`,
+    so a batch of many events costs one read and one write of each record.
+    """
+
+    def __init__(self, tables: Tables) -> None:
+        self._tables = tables
+        self._metas: dict[StreamId, StreamMeta] = {}
+
+    def meta(self, stream: StreamId) -> StreamMeta:
+        """The stream's record as it stands in this transaction (new if unknown)."""
+        meta = self._metas.get(stream)
+        if meta is None:
+            meta = read_meta(self._tables, stream) or StreamMeta(
+                guild_id=stream.guild_id, channel_id=stream.channel_id
+            )
+            self._metas[stream] = meta
+        return meta
+
+    def flush(self) -> None:
+        """Write the cached stream records back."""
+        for stream, meta in self._metas.items():
+            self._tables.put("streams", keys.stream_prefix(stream), encode_record(meta))
+
+    def apply(self, stream: StreamId, seq: int, event: AnyEvent) -> None:
+        """Apply one event stored at `seq`; raises Rejected if it does not fit."""
+        meta = self.meta(stream)
+        if seq != meta.position:
+            raise Rejected(f"{stream}: event {seq} applied at position {meta.position}")
+        match event:
+            case MessagePosted():
+                self._posted(stream, meta, seq, event)
+            case MessageEdited():
+                self._edited(stream, meta, seq, event)
+            case MessageDeleted():
+                self._deleted(stream, meta, event)
+            case LineWritten():
+                self._line(stream, meta, seq, event)
+            case RowPublished():
+                self._row(meta, event)
+            case ChannelDescribed():
+                meta.guild_name = event.guild_name
+                meta.channel_name = event.channel_name
+                meta.time_zone = event.time_zone
+            case ToolCalled() | ForgetRequested() | ForgetApplied():
+                pass
+            case _:
+                assert_never(event)
+        meta.position = seq + 1
+
+    def _posted(self, stream: StreamId, meta: StreamMeta, seq: int, event: MessagePosted) -> None:
+        if event.index != meta.messages:
+            raise Rejected(
+                f"{stream}: message index {event.index}, expected {meta.messages}"
+            )
+        id_key = keys.discord_id_key(stream, event.message_id)
+        if self._tables.get("discord_ids", id_key) is not None:
+            raise Rejected(f"{stream}: message id {event.message_id} is already stored")
+        self._tables.put("discord_ids", id_key, keys.encode_u64(event.index))
+        slot = MessageSlot(posted_seq=seq, content_seq=seq)
+        self._tables.put("messages", keys.message_key(stream, event.index), encode_record(slot))
+        if meta.messages == 0:
+            meta.first_ms = event.at_ms
+        meta.last_ms = max(meta.last_ms, event.at_ms)
+        meta.messages += 1
+
+    def _slot(self, stream: StreamId, index: int, message_id: int) -> MessageSlot:
+        data = self._tables.get("messages", keys.message_key(stream, index))
+        stored = self._tables.get("discord_ids", keys.discord_id_key(stream, message_id))
+        if data is None or stored is None or keys.decode_u64(stored) != index:
+            raise Rejected(f"{stream}: no message {message_id} at index {index}")
+        return decode_slot(data)
+
+    def _edited(self, stream: StreamId, meta: StreamMeta, seq: int, event: MessageEdited) -> None:
+        slot = self._slot(stream, event.index, event.message_id)
+        if slot.deleted:
+            raise Rejected(f"{stream}: message {event.index} was deleted; it cannot be edited")
+        slot.content_seq = seq
+        self._tables.put("messages", keys.message_key(stream, event.index), encode_record(slot))
+
+    def _deleted(self, stream: StreamId, meta: StreamMeta, event: MessageDeleted) -> None:
+        slot = self._slot(stream, event.index, event.message_id)
+        if not slot.deleted:
+            slot.deleted = True
+            meta.deleted += 1
+            key = keys.message_key(stream, event.index)
+            self._tables.put("messages", key, encode_record(slot))
+
+    def _line(self, stream: StreamId, meta: StreamMeta, seq: int, event: LineWritten) -> None:
+        size, start = event.size, event.start
+        if size < 1 or size & (size - 1) or start < 0 or start % size:
+            raise Rejected(f"{stream}: bad line address {start}+{size}")
+        if start + size > meta.messages:
+            raise Rejected(
+                f"{stream}: line {start}+{size} passes the last message ({meta.messages - 1})"
+            )
+        if len(event.text.encode()) > LINE_LIMIT_BYTES:
+            raise Rejected(f"{stream}: line {start}+{size} is over {LINE_LIMIT_BYTES} bytes")
+        self._tables.put("lines", keys.line_key(stream, start, size), encode_record(LineSlot(seq)))
+        meta.lines += 1
+
+    def _row(self, meta: StreamMeta, event: RowPublished) -> None:
+        covered = 0
+        for start, size in event.entries:
+            if start != covered or size < 1 or size & (size - 1) or start % size:
+                raise Rejected(f"row entry {start}+{size} does not continue at {covered}")
+            covered += size
+        if covered != event.frontier or event.frontier > meta.messages:
+            raise Rejected(
+                f"row covers {covered} messages, frontier {event.frontier}, "
+                f"stream has {meta.messages}"
+            )
+        meta.row_seq = meta.position

@@ -1,0 +1,62 @@
+# The records the projections keep per stream, and their stored encoding.
+#
+# Knows nothing of storage; these are plain values. Records are array-like:
+# fields are only ever added at the end, with defaults, like events.
+# Message and line records point at events by sequence number instead of
+# copying their text, so the text of the chat is stored once, in the log.
+from __future__ import annotations
+
+import msgspec
+
+
+class StreamMeta(msgspec.Struct, array_like=True):
+    """Where a stream's projections stand: the position reached and its counts."""
+
+    guild_id: int
+    channel_id: int
+    position: int = 0  # events applied; the next event's sequence number
+    messages: int = 0  # messages posted; the next message's index
+    guild_name: str = ""
+    channel_name: str = ""
+    time_zone: str = "UTC"
+    row_seq: int = -1  # the latest row.published event, or -1
+    lines: int = 0  # line.written events applied
+    deleted: int = 0  # messages deleted or erased
+    first_ms: int = 0  # time of the first message
+    last_ms: int = 0  # time of the latest message
+
+
+class MessageSlot(msgspec.Struct, array_like=True):
+    """A message by index: the event that posted it and the one holding its text now."""
+
+    posted_seq: int
+    content_seq: int
+    deleted: bool = False
+
+
+class LineSlot(msgspec.Struct, array_like=True):
+    """A line by address: the line.written event that holds its text now."""
+
+    seq: int
+
+
+_encoder = msgspec.msgpack.Encoder()
+_meta_decoder = msgspec.msgpack.Decoder(StreamMeta)
+_slot_decoder = msgspec.msgpack.Decoder(MessageSlot)
+_line_decoder = msgspec.msgpack.Decoder(LineSlot)
+
+
+def encode_record(record: StreamMeta | MessageSlot | LineSlot) -> bytes:
+    return _encoder.encode(record)
+
+
+def decode_meta(data: bytes) -> StreamMeta:
+    return _meta_decoder.decode(data)
+
+
+def decode_slot(data: bytes) -> MessageSlot:
+    return _slot_decoder.decode(data)
+
+
+def decode_line_slot(data: bytes) -> LineSlot:
+    return _line_decoder.decode(data)

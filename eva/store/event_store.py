@@ -1,0 +1,223 @@
+# The event store: append-only streams with their projections, over a backend.
+#
+# Every append writes the events and applies them to the projections in one
+# transaction, so the two never disagree, and a batch is all or nothing.
+# Appends that arrive together share one transaction (`append_many`); a batch
+# that does not fit its stream is refused alone, the others still land.
+# Reads never hold a transaction across an await: they return plain values.
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from eva.core import keys
+from eva.core.events import (
+    AnyEvent,
+    LineWritten,
+    MessageEdited,
+    MessagePosted,
+    RowPublished,
+    decode_event,
+    encode_event,
+)
+from eva.core.keys import StreamId
+from eva.core.projection import Projector, Rejected, Tables, read_meta
+from eva.core.state import StreamMeta, decode_line_slot, decode_meta, decode_slot
+from eva.store.kv import Backend
+
+READ_CHUNK = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """Events for one stream, to be appended together or not at all."""
+
+    stream: StreamId
+    events: Sequence[AnyEvent]
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    """Where a batch landed: sequence numbers `first .. first+count-1`."""
+
+    stream: StreamId
+    first: int
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    """A message as it reads now: the posted event with its latest text."""
+
+    posted: MessagePosted
+    content: str
+    attachments: tuple[str, ...]
+    edited_at_ms: int | None
+    deleted: bool
+
+
+def write_batch(tables: Tables, projector: Projector, batch: Batch) -> Appended:
+    """Append one batch inside an open write transaction."""
+    first = projector.meta(batch.stream).position
+    for offset, event in enumerate(batch.events):
+        seq = first + offset
+        projector.apply(batch.stream, seq, event)
+        tables.put("events", keys.event_key(batch.stream, seq), encode_event(event))
+    return Appended(batch.stream, first, len(batch.events))
+
+
+class EventStore:
+    """Streams of events per guild channel, with their projections."""
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+
+    # -- writing ---------------------------------------------------------
+
+    def append(self, stream: StreamId, events: Sequence[AnyEvent]) -> Appended:
+        """Append events to one stream atomically; raises Rejected if one does not fit."""
+        result = self.append_many([Batch(stream, events)])[0]
+        if isinstance(result, Rejected):
+            raise result
+        return result
+
+    def append_many(self, batches: Sequence[Batch]) -> list[Appended | Rejected]:
+        """Append many batches in one transaction (group commit).
+
+        Each batch lands whole or is refused whole; a refused batch is answered
+        with its `Rejected` error and does not stop the others.
+        """
+        refused: dict[int, Rejected] = {}
+        while True:
+            try:
+                return self.backend.write(lambda tables: self._write_all(tables, batches, refused))
+            except _BatchRefused as refusal:
+                refused[refusal.position] = refusal.error
+
+    @staticmethod
+    def _write_all(
+        tables: Tables, batches: Sequence[Batch], refused: dict[int, Rejected]
+    ) -> list[Appended | Rejected]:
+        projector = Projector(tables)
+        results: list[Appended | Rejected] = []
+        for position, batch in enumerate(batches):
+            error = refused.get(position)
+            if error is not None:
+                results.append(error)
+                continue
+            try:
+                results.append(write_batch(tables, projector, batch))
+            except Rejected as exc:
+                raise _BatchRefused(position, exc) from exc
+        projector.flush()
+        return results
+
+    # -- reading ---------------------------------------------------------
+
+    def streams(self) -> list[StreamMeta]:
+        """Every stream's record, in key order."""
+        with self.backend.reading() as tables:
+            return [decode_meta(v) for _, v in tables.scan("streams", b"", b"\xff" * 17)]
+
+    def meta(self, stream: StreamId) -> StreamMeta | None:
+        with self.backend.reading() as tables:
+            return read_meta(tables, stream)
+
+    def events(
+        self, stream: StreamId, start: int = 0, stop: int | None = None
+    ) -> Iterator[tuple[int, AnyEvent]]:
+        """The stream's events from `start`, read in chunks of short transactions."""
+        for seq, data in self.raw_events(stream, start, stop):
+            yield seq, decode_event(data)
+
+    def raw_events(
+        self, stream: StreamId, start: int = 0, stop: int | None = None
+    ) -> Iterator[tuple[int, bytes]]:
+        """The stored bytes of the stream's events, in order."""
+        end = keys.event_key(stream, stop) if stop is not None else keys.prefix_end(
+            keys.stream_prefix(stream)
+        )
+        position = start
+        while True:
+            with self.backend.reading() as tables:
+                chunk = []
+                for key, data in tables.scan("events", keys.event_key(stream, position), end):
+                    chunk.append((keys.seq_of(key), data))
+                    if len(chunk) == READ_CHUNK:
+                        break
+            yield from chunk
+            if len(chunk) < READ_CHUNK:
+                return
+            position = chunk[-1][0] + 1
+
+    def event(self, stream: StreamId, seq: int) -> AnyEvent | None:
+        with self.backend.reading() as tables:
+            data = tables.get("events", keys.event_key(stream, seq))
+        return None if data is None else decode_event(data)
+
+    def index_of(self, stream: StreamId, message_id: int) -> int | None:
+        """The channel index of a Discord message id, if stored."""
+        with self.backend.reading() as tables:
+            data = tables.get("discord_ids", keys.discord_id_key(stream, message_id))
+        return None if data is None else keys.decode_u64(data)
+
+    def message(self, stream: StreamId, index: int) -> StoredMessage | None:
+        """The message at `index` with its latest text, or None past the end."""
+        with self.backend.reading() as tables:
+            return read_message(tables, stream, index)
+
+    def line(self, stream: StreamId, start: int, size: int) -> LineWritten | None:
+        """The line at address `start+size`, if written."""
+        with self.backend.reading() as tables:
+            return read_line(tables, stream, start, size)
+
+    def published_row(self, stream: StreamId) -> RowPublished | None:
+        """The row Eva reads now, if one was published."""
+        with self.backend.reading() as tables:
+            meta = read_meta(tables, stream)
+            if meta is None or meta.row_seq < 0:
+                return None
+            data = tables.get("events", keys.event_key(stream, meta.row_seq))
+        assert data is not None
+        event = decode_event(data)
+        assert isinstance(event, RowPublished)
+        return event
+
+
+def read_message(tables: Tables, stream: StreamId, index: int) -> StoredMessage | None:
+    """A message by index inside an open transaction."""
+    data = tables.get("messages", keys.message_key(stream, index))
+    if data is None:
+        return None
+    slot = decode_slot(data)
+    posted_data = tables.get("events", keys.event_key(stream, slot.posted_seq))
+    assert posted_data is not None
+    posted = decode_event(posted_data)
+    assert isinstance(posted, MessagePosted)
+    content, attachments, edited = posted.content, posted.attachments, posted.edited_at_ms
+    if slot.content_seq != slot.posted_seq:
+        edit_data = tables.get("events", keys.event_key(stream, slot.content_seq))
+        assert edit_data is not None
+        edit = decode_event(edit_data)
+        assert isinstance(edit, MessageEdited)
+        content, attachments, edited = edit.content, edit.attachments, edit.at_ms
+    return StoredMessage(posted, content, attachments, edited, slot.deleted)
+
+
+def read_line(tables: Tables, stream: StreamId, start: int, size: int) -> LineWritten | None:
+    """A line by address inside an open transaction."""
+    data = tables.get("lines", keys.line_key(stream, start, size))
+    if data is None:
+        return None
+    line_data = tables.get("events", keys.event_key(stream, decode_line_slot(data).seq))
+    assert line_data is not None
+    line = decode_event(line_data)
+    assert isinstance(line, LineWritten)
+    return line
+
+
+class _BatchRefused(Exception):
+    def __init__(self, position: int, error: Rejected) -> None:
+        super().__init__(position, error)
+        self.position = position
+        self.error = error

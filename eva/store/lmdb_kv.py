@@ -1,0 +1,133 @@
+# The LMDB backend: one environment per data directory, opened once per process.
+#
+# Knows LMDB and files; knows nothing of events. Invariants:
+# - commits are durable when `write` returns (sync and metasync on);
+# - a write that fills the map grows the map and runs again, never fails for it;
+# - stale reader slots left by a killed process are cleared at open;
+# - the same directory opened twice in one process gives the same environment.
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import lmdb
+
+from eva.core.keys import ALL_TABLES, Table
+from eva.core.projection import Tables
+
+T = TypeVar("T")
+
+INITIAL_MAP_BYTES = 64 * 1024 * 1024
+DATA_FILE = "data.mdb"
+
+_open_lock = threading.Lock()
+_open_backends: dict[str, LmdbBackend] = {}
+
+
+class LmdbTables:
+    """The `Tables` protocol over one LMDB transaction."""
+
+    def __init__(self, txn: Any, dbs: dict[Table, Any]) -> None:
+        self._txn = txn
+        self._dbs = dbs
+
+    def get(self, table: Table, key: bytes) -> bytes | None:
+        value: bytes | None = self._txn.get(key, db=self._dbs[table])
+        return value
+
+    def put(self, table: Table, key: bytes, value: bytes) -> None:
+        self._txn.put(key, value, db=self._dbs[table])
+
+    def delete(self, table: Table, key: bytes) -> None:
+        self._txn.delete(key, db=self._dbs[table])
+
+    def scan(self, table: Table, start: bytes, stop: bytes) -> Iterator[tuple[bytes, bytes]]:
+        cursor = self._txn.cursor(db=self._dbs[table])
+        if not cursor.set_range(start):
+            return
+        for key, value in cursor.iternext():
+            if key >= stop:
+                return
+            yield key, value
+
+
+class LmdbBackend:
+    """One LMDB environment holding every table of a data directory."""
+
+    def __init__(self, path: Path, map_bytes: int = INITIAL_MAP_BYTES) -> None:
+        path.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self.env = lmdb.open(
+            str(path),
+            map_size=max(map_bytes, _file_bytes(path)),
+            max_dbs=len(ALL_TABLES) + 4,
+            sync=True,
+            metasync=True,
+            readahead=False,
+            max_readers=512,
+        )
+        self.stale_readers_cleared: int = self.env.reader_check()
+        self.dbs: dict[Table, Any] = {
+            table: self.env.open_db(table.encode()) for table in ALL_TABLES
+        }
+        self._write_lock = threading.Lock()
+        self.commits = 0
+        self.map_grown = 0
+
+    @contextmanager
+    def reading(self) -> Iterator[Tables]:
+        with self.env.begin(buffers=False) as txn:
+            yield LmdbTables(txn, self.dbs)
+
+    def write(self, work: Callable[[Tables], T]) -> T:
+        with self._write_lock:
+            while True:
+                txn = self.env.begin(write=True)
+                try:
+                    result = work(LmdbTables(txn, self.dbs))
+                    txn.commit()
+                except lmdb.MapFullError:
+                    txn.abort()
+                    self._grow()
+                    continue
+                except BaseException:
+                    txn.abort()
+                    raise
+                self.commits += 1
+                return result
+
+    def _grow(self) -> None:
+        size: int = self.env.info()["map_size"]
+        self.env.set_mapsize(size * 2)
+        self.map_grown += 1
+
+    def map_bytes(self) -> int:
+        size: int = self.env.info()["map_size"]
+        return size
+
+    def close(self) -> None:
+        with _open_lock:
+            _open_backends.pop(str(self.path.resolve()), None)
+        self.env.close()
+
+
+def open_backend(path: Path | str, map_bytes: int = INITIAL_MAP_BYTES) -> LmdbBackend:
+    """The process's one environment for a data directory, opened on first use."""
+    resolved = str(Path(path).resolve())
+    with _open_lock:
+        backend = _open_backends.get(resolved)
+        if backend is None:
+            backend = LmdbBackend(Path(resolved), map_bytes)
+            _open_backends[resolved] = backend
+        return backend
+
+
+def _file_bytes(path: Path) -> int:
+    try:
+        return os.stat(path / DATA_FILE).st_size
+    except FileNotFoundError:
+        return 0
