@@ -24,7 +24,7 @@ class Event(msgspec.Struct, frozen=True, kw_only=True, array_like=True, tag_fiel
     """
 
 
-class ChannelDescribed(Event, tag="channel.described"):
+class ChannelDescribed(Event, frozen=True, tag="channel.described"):
     """The names and time zone of a channel, as last seen."""
 
     at_ms: int
@@ -35,7 +35,7 @@ class ChannelDescribed(Event, tag="channel.described"):
     time_zone: str = "UTC"
 
 
-class MessagePosted(Event, tag="message.posted"):
+class MessagePosted(Event, frozen=True, tag="message.posted"):
     """A chat message; `index` numbers the channel's messages from 0 with no gap."""
 
     at_ms: int
@@ -51,7 +51,7 @@ class MessagePosted(Event, tag="message.posted"):
     edited_at_ms: int | None = None
 
 
-class MessageEdited(Event, tag="message.edited"):
+class MessageEdited(Event, frozen=True, tag="message.edited"):
     """New text for a message already posted; `at_ms` is the edit time."""
 
     at_ms: int
@@ -61,7 +61,7 @@ class MessageEdited(Event, tag="message.edited"):
     attachments: tuple[str, ...] = ()
 
 
-class MessageDeleted(Event, tag="message.deleted"):
+class MessageDeleted(Event, frozen=True, tag="message.deleted"):
     """A message deleted in Discord; its index stays as an erased slot."""
 
     at_ms: int
@@ -81,7 +81,7 @@ class Usage(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
     cache_read_tokens: int = 0
 
 
-class LineWritten(Event, tag="line.written"):
+class LineWritten(Event, frozen=True, tag="line.written"):
     """A line of memory at address `start+size` (size a power of two, start a multiple)."""
 
     at_ms: int
@@ -99,7 +99,7 @@ class LineWritten(Event, tag="line.written"):
 PublishReason: TypeAlias = Literal["quiet", "overflow", "build", "forget", "start"]
 
 
-class RowPublished(Event, tag="row.published"):
+class RowPublished(Event, frozen=True, tag="row.published"):
     """The row Eva reads from now on: addresses oldest first, covering 0..frontier-1."""
 
     at_ms: int
@@ -109,7 +109,7 @@ class RowPublished(Event, tag="row.published"):
     row_bytes: int = 0
 
 
-class ToolCalled(Event, tag="tool.called"):
+class ToolCalled(Event, frozen=True, tag="tool.called"):
     """A tool call Eva made while answering, with its arguments as JSON text."""
 
     at_ms: int
@@ -121,7 +121,7 @@ class ToolCalled(Event, tag="tool.called"):
 ForgetBy: TypeAlias = Literal["self", "moderator", "deleted", "edited"]
 
 
-class ForgetRequested(Event, tag="forget.requested"):
+class ForgetRequested(Event, frozen=True, tag="forget.requested"):
     """A tombstone: a person asked to be forgotten (or a moderator did it for them)."""
 
     at_ms: int
@@ -129,7 +129,7 @@ class ForgetRequested(Event, tag="forget.requested"):
     by: ForgetBy = "self"
 
 
-class ForgetApplied(Event, tag="forget.applied"):
+class ForgetApplied(Event, frozen=True, tag="forget.applied"):
     """The audit record of a finished forget: counts only, never content."""
 
     at_ms: int

@@ -10,11 +10,20 @@ from __future__ import annotations
 import struct
 from typing import Final, Literal, NamedTuple, TypeAlias
 
-Table: TypeAlias = Literal["events", "streams", "messages", "discord_ids", "lines"]
+Table: TypeAlias = Literal[
+    "events", "streams", "messages", "discord_ids", "lines", "ready", "postings"
+]
 
 EVENTS: Final = "events"
 # Every table that is derived from the events, in the order replay compares them.
-PROJECTION_TABLES: Final[tuple[Table, ...]] = ("streams", "messages", "discord_ids", "lines")
+PROJECTION_TABLES: Final[tuple[Table, ...]] = (
+    "streams",
+    "messages",
+    "discord_ids",
+    "lines",
+    "ready",
+    "postings",
+)
 ALL_TABLES: Final[tuple[Table, ...]] = ("events", *PROJECTION_TABLES)
 
 _U64 = struct.Struct(">Q")
@@ -78,9 +87,20 @@ def line_key(stream: StreamId, start: int, size: int) -> bytes:
     return _LINE.pack(stream.guild_id, stream.channel_id, size.bit_length() - 1, start)
 
 
+def ready_key(stream: StreamId, start: int, size: int) -> bytes:
+    """A merge whose halves both exist and whose line is due: laid out like `line_key`."""
+    return line_key(stream, start, size)
+
+
+def address_of_line_key(key: bytes) -> tuple[int, int]:
+    """The (start, size) of a `line_key` or `ready_key`."""
+    _, _, level, start = _LINE.unpack(key)
+    return start, 1 << level
+
+
 def seq_of(key: bytes) -> int:
     """The trailing number of an event, message or discord-id key."""
-    (value,) = _U64.unpack_from(key, 16)
+    value: int = _U64.unpack_from(key, 16)[0]
     return value
 
 
@@ -89,5 +109,5 @@ def encode_u64(value: int) -> bytes:
 
 
 def decode_u64(data: bytes) -> int:
-    (value,) = _U64.unpack(data)
+    value: int = _U64.unpack(data)[0]
     return value

@@ -23,8 +23,10 @@ from eva.core.events import (
     MessagePosted,
     RowPublished,
     ToolCalled,
+    decode_event,
 )
 from eva.core.keys import StreamId, Table
+from eva.core.render import LINE_LIMIT_BYTES, render_message
 from eva.core.state import (
     LineSlot,
     MessageSlot,
@@ -34,7 +36,7 @@ from eva.core.state import (
     encode_record,
 )
 
-LINE_LIMIT_BYTES = 512
+
 
 
 class Tables(Protocol):
@@ -82,9 +84,10 @@ class Projector:
         return meta
 
     def flush(self) -> None:
-        """Write the cached stream records back."""
+        """Write the cached stream records back (a stream with no event has no record)."""
         for stream, meta in self._metas.items():
-            self._tables.put("streams", keys.stream_prefix(stream), encode_record(meta))
+            if meta.position > 0:
+                self._tables.put("streams", keys.stream_prefix(stream), encode_record(meta))
 
     def apply(self, stream: StreamId, seq: int, event: AnyEvent) -> None:
         """Apply one event stored at `seq`; raises Rejected if it does not fit."""
@@ -101,7 +104,7 @@ class Projector:
             case LineWritten():
                 self._line(stream, meta, seq, event)
             case RowPublished():
-                self._row(meta, event)
+                self._row(stream, meta, event)
             case ChannelDescribed():
                 meta.guild_name = event.guild_name
                 meta.channel_name = event.channel_name
@@ -121,14 +124,19 @@ class Projector:
         if self._tables.get("discord_ids", id_key) is not None:
             raise Rejected(f"{stream}: message id {event.message_id} is already stored")
         self._tables.put("discord_ids", id_key, keys.encode_u64(event.index))
-        slot = MessageSlot(posted_seq=seq, content_seq=seq)
+        size = rendered_size(event.author_name, event.content, event.attachments)
+        slot = MessageSlot(posted_seq=seq, content_seq=seq, size=size)
         self._tables.put("messages", keys.message_key(stream, event.index), encode_record(slot))
         if meta.messages == 0:
             meta.first_ms = event.at_ms
         meta.last_ms = max(meta.last_ms, event.at_ms)
         meta.messages += 1
+        meta.unleafed_bytes += size
+        meta.tail_bytes += size
 
     def _slot(self, stream: StreamId, index: int, message_id: int) -> MessageSlot:
+        if not (0 <= index <= keys.MAX_U64 and 0 <= message_id <= keys.MAX_U64):
+            raise Rejected(f"{stream}: no message {message_id} at index {index}")
         data = self._tables.get("messages", keys.message_key(stream, index))
         stored = self._tables.get("discord_ids", keys.discord_id_key(stream, message_id))
         if data is None or stored is None or keys.decode_u64(stored) != index:
@@ -139,16 +147,40 @@ class Projector:
         slot = self._slot(stream, event.index, event.message_id)
         if slot.deleted:
             raise Rejected(f"{stream}: message {event.index} was deleted; it cannot be edited")
+        posted = self._posted_event(stream, slot)
+        size = rendered_size(posted.author_name, event.content, event.attachments)
+        self._resize(meta, event.index, slot.size, size)
         slot.content_seq = seq
+        slot.size = size
         self._tables.put("messages", keys.message_key(stream, event.index), encode_record(slot))
 
     def _deleted(self, stream: StreamId, meta: StreamMeta, event: MessageDeleted) -> None:
         slot = self._slot(stream, event.index, event.message_id)
         if not slot.deleted:
+            self._resize(meta, event.index, slot.size, 0)
             slot.deleted = True
+            slot.size = 0
             meta.deleted += 1
             key = keys.message_key(stream, event.index)
             self._tables.put("messages", key, encode_record(slot))
+
+    @staticmethod
+    def _resize(meta: StreamMeta, index: int, old: int, new: int) -> None:
+        if index >= meta.leaf_frontier:
+            meta.unleafed_bytes += new - old
+        if index >= meta.row_frontier:
+            meta.tail_bytes += new - old
+
+    def _posted_event(self, stream: StreamId, slot: MessageSlot) -> MessagePosted:
+        data = self._tables.get("events", keys.event_key(stream, slot.posted_seq))
+        event = None if data is None else decode_event(data)
+        if not isinstance(event, MessagePosted):
+            raise Rejected(f"{stream}: event {slot.posted_seq} is not the message it should be")
+        return event
+
+    def _size(self, stream: StreamId, index: int) -> int:
+        data = self._tables.get("messages", keys.message_key(stream, index))
+        return 0 if data is None else decode_slot(data).size
 
     def _line(self, stream: StreamId, meta: StreamMeta, seq: int, event: LineWritten) -> None:
         size, start = event.size, event.start
@@ -160,18 +192,57 @@ class Projector:
             )
         if len(event.text.encode()) > LINE_LIMIT_BYTES:
             raise Rejected(f"{stream}: line {start}+{size} is over {LINE_LIMIT_BYTES} bytes")
-        self._tables.put("lines", keys.line_key(stream, start, size), encode_record(LineSlot(seq)))
+        tables = self._tables
+        if size > 1:
+            left, right = (start, size // 2), (start + size // 2, size // 2)
+            if not (self._has_line(stream, *left) and self._has_line(stream, *right)):
+                raise Rejected(f"{stream}: line {start}+{size} is written before its halves")
+        tables.put("lines", keys.line_key(stream, start, size), encode_record(LineSlot(seq)))
         meta.lines += 1
+        if tables.get("ready", keys.ready_key(stream, start, size)) is not None:
+            tables.delete("ready", keys.ready_key(stream, start, size))
+            meta.ready -= 1
+        parent_size = size * 2
+        parent_start = start - start % parent_size
+        sibling_start = start ^ size
+        if (
+            parent_start + parent_size <= meta.messages
+            and self._has_line(stream, sibling_start, size)
+            and not self._has_line(stream, parent_start, parent_size)
+        ):
+            tables.put("ready", keys.ready_key(stream, parent_start, parent_size), b"")
+            meta.ready += 1
+        if size == 1 and start == meta.leaf_frontier:
+            frontier = start
+            while frontier < meta.messages and self._has_line(stream, frontier, 1):
+                meta.unleafed_bytes -= self._size(stream, frontier)
+                frontier += 1
+            meta.leaf_frontier = frontier
 
-    def _row(self, meta: StreamMeta, event: RowPublished) -> None:
+    def _has_line(self, stream: StreamId, start: int, size: int) -> bool:
+        return self._tables.get("lines", keys.line_key(stream, start, size)) is not None
+
+    def _row(self, stream: StreamId, meta: StreamMeta, event: RowPublished) -> None:
         covered = 0
         for start, size in event.entries:
             if start != covered or size < 1 or size & (size - 1) or start % size:
                 raise Rejected(f"row entry {start}+{size} does not continue at {covered}")
+            if not self._has_line(stream, start, size):
+                raise Rejected(f"{stream}: row entry {start}+{size} has no line")
             covered += size
         if covered != event.frontier or event.frontier > meta.messages:
             raise Rejected(
                 f"row covers {covered} messages, frontier {event.frontier}, "
                 f"stream has {meta.messages}"
             )
+        old, new = meta.row_frontier, event.frontier
+        moved = sum(self._size(stream, i) for i in range(min(old, new), max(old, new)))
+        meta.tail_bytes += moved if new < old else -moved
+        meta.row_frontier = new
+        meta.row_bytes = event.row_bytes
         meta.row_seq = meta.position
+
+
+def rendered_size(name: str, content: str, attachments: tuple[str, ...]) -> int:
+    """Bytes of a message as its leaf would read it."""
+    return len(render_message(name, content, attachments).encode())

@@ -27,6 +27,7 @@ def rebuild(
     apply = projector.apply
     count = 0
     for seq, data in stored_events:
+        tables.put("events", keys.event_key(stream, seq), data)
         apply(stream, seq, decode_event(data))
         count += 1
         if progress is not None and count % 8192 == 0:

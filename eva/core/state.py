@@ -24,6 +24,12 @@ class StreamMeta(msgspec.Struct, array_like=True):
     deleted: int = 0  # messages deleted or erased
     first_ms: int = 0  # time of the first message
     last_ms: int = 0  # time of the latest message
+    leaf_frontier: int = 0  # every message before it has a leaf
+    unleafed_bytes: int = 0  # rendered bytes of the messages from leaf_frontier on
+    row_frontier: int = 0  # the published row covers the messages before it
+    tail_bytes: int = 0  # rendered bytes of the messages from row_frontier on
+    row_bytes: int = 0  # rendered bytes of the published row
+    ready: int = 0  # merges whose halves both exist and whose line is due
 
 
 class MessageSlot(msgspec.Struct, array_like=True):
@@ -32,6 +38,7 @@ class MessageSlot(msgspec.Struct, array_like=True):
     posted_seq: int
     content_seq: int
     deleted: bool = False
+    size: int = 0  # bytes of the rendered message (its leaf text if it fits); 0 once deleted
 
 
 class LineSlot(msgspec.Struct, array_like=True):

@@ -61,8 +61,8 @@ def write_batch(tables: Tables, projector: Projector, batch: Batch) -> Appended:
     first = projector.meta(batch.stream).position
     for offset, event in enumerate(batch.events):
         seq = first + offset
-        projector.apply(batch.stream, seq, event)
         tables.put("events", keys.event_key(batch.stream, seq), encode_event(event))
+        projector.apply(batch.stream, seq, event)
     return Appended(batch.stream, first, len(batch.events))
 
 

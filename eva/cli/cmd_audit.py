@@ -1,0 +1,131 @@
+# `eva audit`: the history of a channel's memory, or its row as it stood at a time.
+from __future__ import annotations
+
+import argparse
+from datetime import UTC, datetime
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from eva.cli.common import (
+    UserError,
+    add_data_option,
+    add_json_option,
+    find_stream,
+    open_store,
+    print_json,
+)
+from eva.core.address import Address
+from eva.core.audit import history, row_at
+from eva.core.render import render_line
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "audit",
+        help="the history of a channel's memory from its log",
+        description=(
+            "Print when each line was written and how (verbatim, glue, or which model with "
+            "its tokens), each publish with its reason and row size, and each forget "
+            "(never its content). With --at, show the row as it stood at that time."
+        ),
+    )
+    parser.add_argument("channel", help="GUILD/CHANNEL, a channel id, or a channel name")
+    parser.add_argument(
+        "--at",
+        metavar="TIME",
+        help="ISO date or time, e.g. 2019-06-01 or 2019-06-01T12:00+02:00 (UTC if no offset)",
+    )
+    add_data_option(parser)
+    add_json_option(parser)
+    parser.set_defaults(run=run)
+
+
+def parse_time(text: str) -> int:
+    """UTC milliseconds of an ISO date or date-time; a bare date means its end (23:59:59.999)."""
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise UserError(
+            f"not a time: {text!r}; use ISO form like 2019-06-01 or 2019-06-01T12:00"
+        ) from None
+    if len(text) == 10:
+        moment = moment.replace(hour=23, minute=59, second=59, microsecond=999000)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp() * 1000)
+
+
+def format_ms(at_ms: int) -> str:
+    return datetime.fromtimestamp(at_ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def run(args: argparse.Namespace) -> int:
+    store = open_store(args.data)
+    stream = find_stream(store, args.channel)
+    if args.at is not None:
+        return show_row_at(args, stream, parse_time(args.at))
+    entries = history(store.events(stream))
+    if args.json:
+        print_json({"channel": str(stream), "entries": [_entry_json(e) for e in entries]})
+        return 0
+    for entry in entries:
+        if entry.messages_before:
+            print(f"{'':19}  ... {entry.messages_before} messages posted")
+        if entry.kind != "messages":
+            print(f"{format_ms(entry.at_ms)}  #{entry.seq} {entry.detail}")
+    if not entries:
+        print("no events in this channel")
+    return 0
+
+
+def _entry_json(entry: object) -> dict[str, object]:
+    import msgspec
+
+    value = msgspec.to_builtins(entry)
+    assert isinstance(value, dict)
+    return value
+
+
+def show_row_at(args: argparse.Namespace, stream: object, time_ms: int) -> int:
+    from eva.core.keys import StreamId
+
+    assert isinstance(stream, StreamId)
+    store = open_store(args.data)
+    meta = store.meta(stream)
+    assert meta is not None
+    try:
+        zone = ZoneInfo(meta.time_zone)
+    except (ZoneInfoNotFoundError, ValueError):
+        zone = ZoneInfo("UTC")
+    found = row_at(store.events(stream), time_ms)
+    if found is None:
+        raise UserError(f"no row was published in {stream} at or before {args.at}")
+    rendered = []
+    for (start, size), line in zip(found.row.entries, found.lines, strict=True):
+        if line is None:
+            rendered.append(f"{start}+{size} ?|(line missing from the log)")
+        else:
+            rendered.append(
+                render_line(Address(start, size), line.text, line.first_ms, line.last_ms, zone)
+            )
+    if args.json:
+        print_json(
+            {
+                "channel": str(stream),
+                "published_seq": found.publish_seq,
+                "published_at": format_ms(found.row.at_ms),
+                "reason": found.row.reason,
+                "frontier": found.row.frontier,
+                "lines": [
+                    {"address": f"{s}+{z}", "text": text}
+                    for (s, z), text in zip(found.row.entries, rendered, strict=True)
+                ],
+            }
+        )
+        return 0
+    print(
+        f"row published {format_ms(found.row.at_ms)} (#{found.publish_seq}, "
+        f"{found.row.reason}), {len(found.row.entries)} lines over {found.row.frontier} messages:"
+    )
+    for text in rendered:
+        print(text)
+    return 0

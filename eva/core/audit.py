@@ -1,0 +1,129 @@
+# The audit of a channel's memory: its history told from the log alone.
+#
+# Pure: it folds (sequence, event) pairs into plain records. It never shows a
+# message's words: the history of the memory is lines, publishes, tools and
+# forgets, with messages counted between them.
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import assert_never
+
+import msgspec
+
+from eva.core.events import (
+    AnyEvent,
+    ChannelDescribed,
+    ForgetApplied,
+    ForgetRequested,
+    LineWritten,
+    MessageDeleted,
+    MessageEdited,
+    MessagePosted,
+    RowPublished,
+    ToolCalled,
+    event_tag,
+)
+
+
+class AuditEntry(msgspec.Struct, frozen=True, kw_only=True):
+    """One thing that happened to the memory; `detail` is what a person reads."""
+
+    seq: int
+    at_ms: int
+    kind: str
+    detail: str
+    address: str | None = None
+    messages_before: int = 0  # messages posted since the previous entry
+
+
+def describe(event: AnyEvent) -> tuple[str, str | None]:
+    """A one-line account of a memory event, and its address if it has one."""
+    match event:
+        case LineWritten():
+            address = f"{event.start}+{event.size}"
+            how: str = event.how
+            if event.how == "model":
+                how = f"model {event.model or '?'}"
+                if event.usage is not None:
+                    u = event.usage
+                    how += (
+                        f", tokens in {u.input_tokens} out {u.output_tokens}"
+                        f" cache write {u.cache_write_tokens} read {u.cache_read_tokens}"
+                    )
+            size = len(event.text.encode())
+            return f"line {address} written ({how}), {size} bytes", address
+        case RowPublished():
+            return (
+                f"row published ({event.reason}): {len(event.entries)} lines over "
+                f"{event.frontier} messages, {event.row_bytes} bytes",
+                None,
+            )
+        case ForgetRequested():
+            return f"forget requested for person {event.person_hash} ({event.by})", None
+        case ForgetApplied():
+            return (
+                f"forget applied for person {event.person_hash}: "
+                f"{event.messages} messages erased, {event.lines} lines remade",
+                None,
+            )
+        case ToolCalled():
+            return f"tool {event.name} called, {event.result_bytes} bytes returned", None
+        case ChannelDescribed():
+            return f"channel named #{event.channel_name} in {event.guild_name}", None
+        case MessageEdited():
+            return f"message {event.index} edited", None
+        case MessageDeleted():
+            return f"message {event.index} deleted", None
+        case MessagePosted():
+            return f"message {event.index} posted", None
+        case _:
+            assert_never(event)
+
+
+def history(events: Iterable[tuple[int, AnyEvent]]) -> list[AuditEntry]:
+    """Every event but plain posts, with the posts counted into the next entry."""
+    entries: list[AuditEntry] = []
+    posted = 0
+    for seq, event in events:
+        if isinstance(event, MessagePosted):
+            posted += 1
+            continue
+        detail, address = describe(event)
+        entries.append(
+            AuditEntry(
+                seq=seq,
+                at_ms=event.at_ms,
+                kind=event_tag(event),
+                detail=detail,
+                address=address,
+                messages_before=posted,
+            )
+        )
+        posted = 0
+    if posted:
+        entries.append(
+            AuditEntry(seq=-1, at_ms=0, kind="messages", detail="", messages_before=posted)
+        )
+    return entries
+
+
+class RowAt(msgspec.Struct, frozen=True):
+    """The row as it stood at a time: its publish event and the lines it showed."""
+
+    publish_seq: int
+    row: RowPublished
+    lines: list[LineWritten | None]
+
+
+def row_at(events: Iterable[tuple[int, AnyEvent]], time_ms: int) -> RowAt | None:
+    """The last row published at or before `time_ms`, with each line as it was then."""
+    latest: dict[tuple[int, int], LineWritten] = {}
+    found: RowAt | None = None
+    for seq, event in events:
+        if isinstance(event, LineWritten):
+            latest[(event.start, event.size)] = event
+        elif isinstance(event, RowPublished):
+            if event.at_ms > time_ms:
+                break
+            found = RowAt(seq, event, [latest.get(entry) for entry in event.entries])
+    return found
