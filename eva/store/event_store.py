@@ -171,6 +171,26 @@ class EventStore:
         with self.backend.reading() as tables:
             return read_line(tables, stream, start, size)
 
+    def ready(self, stream: StreamId) -> list[tuple[int, int]]:
+        """Merges whose halves both exist and whose line is due, lowest level first."""
+        prefix = keys.stream_prefix(stream)
+        with self.backend.reading() as tables:
+            found = tables.scan("ready", prefix, keys.prefix_end(prefix))
+            return [keys.address_of_line_key(key) for key, _ in found]
+
+    def sizes_newest_first(self, stream: StreamId, stop: int) -> Iterator[tuple[int, int]]:
+        """(index, rendered bytes) of messages from the newest back to `stop`."""
+        meta = self.meta(stream)
+        if meta is None:
+            return
+        with self.backend.reading() as tables:
+            sizes = [
+                (index, decode_slot(data).size)
+                for index in range(meta.messages - 1, stop - 1, -1)
+                if (data := tables.get("messages", keys.message_key(stream, index))) is not None
+            ]
+        yield from sizes
+
     def published_row(self, stream: StreamId) -> RowPublished | None:
         """The row Eva reads now, if one was published."""
         with self.backend.reading() as tables:

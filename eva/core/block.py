@@ -1,0 +1,66 @@
+# The memory block: the rendered row inside <memory> tags, then the tail word for word.
+#
+# Pure: it is handed the row's lines and the tail's messages as values and
+# returns the exact text Eva's prompt uses. Invariants: the tail never passes
+# its byte cap (the oldest messages are cut, with a note naming them, so zoom
+# and recall can still reach them); erased messages are never shown.
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta, tzinfo
+
+import msgspec
+
+from eva.core.render import render_message
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+class ShownMessage(msgspec.Struct, frozen=True, kw_only=True):
+    """A message as the prompt and the tools show it."""
+
+    index: int
+    at_ms: int
+    author_name: str
+    content: str
+    attachments: tuple[str, ...] = ()
+    edited: bool = False
+    deleted: bool = False
+
+
+def local_minute(at_ms: int, tz: tzinfo = UTC) -> str:
+    """`YYYY-MM-DD HH:MM` of a UTC millisecond time in `tz`."""
+    return (_EPOCH + timedelta(milliseconds=at_ms)).astimezone(tz).strftime("%Y-%m-%d %H:%M")
+
+
+def message_line(message: ShownMessage, tz: tzinfo = UTC) -> str:
+    """`[index] YYYY-MM-DD HH:MM Name: text`, the text word for word."""
+    edited = " (edited)" if message.edited else ""
+    body = render_message(message.author_name, message.content, message.attachments)
+    return f"[{message.index}] {local_minute(message.at_ms, tz)}{edited} {body}"
+
+
+def render_tail(messages: Sequence[ShownMessage], cap_bytes: int, tz: tzinfo = UTC) -> str:
+    """The tail, oldest first, cut from the oldest end to stay within `cap_bytes`."""
+    shown = [m for m in messages if not m.deleted]
+    lines = [message_line(m, tz) for m in shown]
+    sizes = [len(line.encode()) + 1 for line in lines]
+    total = sum(sizes)
+    first = 0
+    while total > cap_bytes and first < len(lines):
+        total -= sizes[first]
+        first += 1
+    if first == 0:
+        return "\n".join(lines)
+    note = (
+        f"[messages {shown[0].index}..{shown[first - 1].index} are not shown here: "
+        "no published line covers them yet; zoom and recall reach them]"
+    )
+    return "\n".join([note, *lines[first:]])
+
+
+def memory_block(row_lines: Sequence[str], tail: str) -> str:
+    """The row inside <memory> tags, then the tail."""
+    row = "\n".join(row_lines)
+    inside = f"<memory>\n{row}\n</memory>" if row else "<memory>\n</memory>"
+    return f"{inside}\n{tail}" if tail else inside

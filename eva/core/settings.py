@@ -1,0 +1,51 @@
+# Every number of the memory, as one settings value with the defaults of DESIGN.md.
+#
+# Plain data: the shell reads overrides (a TOML file, flags) and hands the core
+# a `MemorySettings`; the core never looks anything up itself.
+from __future__ import annotations
+
+import msgspec
+
+KIB = 1024
+MINUTE_MS = 60_000
+
+
+class MemorySettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The numbers that shape a channel's memory."""
+
+    line_limit: int = 512
+    """Bytes of UTF-8 a line may hold."""
+    compress_at_bytes: int = 48 * KIB
+    """A compression run starts when the messages with no leaf yet pass this."""
+    tail_keep_bytes: int = 12 * KIB
+    """A run leaves about this much of the newest chat without leaves, word for word."""
+    quiet_ms: int = 30 * MINUTE_MS
+    """Publish when the chat has been quiet this long."""
+    overflow_tail_bytes: int = 96 * KIB
+    """Publish anyway when the tail passes this."""
+    row_high_bytes: int = 96 * KIB
+    """Row merges start when the rendered row passes this..."""
+    row_low_bytes: int = 48 * KIB
+    """...and stop once it is at most this."""
+    prompt_tail_max_bytes: int = 128 * KIB
+    """The tail shown in the prompt never passes this; older uncovered messages are cut."""
+    model_calls_in_flight: int = 8
+    """Model calls running at once in one process."""
+    tasks_per_request: int = 8
+    """Leaf and merge tasks sent in one model request."""
+    time_zone: str = "UTC"
+    """The time zone dates are shown in, unless the channel sets its own."""
+
+    def check(self) -> MemorySettings:
+        """The settings themselves, or ValueError naming the first number that makes no sense."""
+        if not 16 <= self.line_limit <= 512:
+            raise ValueError(f"line_limit must be between 16 and 512 bytes, not {self.line_limit}")
+        if self.row_low_bytes > self.row_high_bytes:
+            raise ValueError("row_low_bytes must be at most row_high_bytes")
+        if self.tail_keep_bytes > self.compress_at_bytes:
+            raise ValueError("tail_keep_bytes must be at most compress_at_bytes")
+        for name in ("compress_at_bytes", "quiet_ms", "overflow_tail_bytes",
+                     "prompt_tail_max_bytes", "model_calls_in_flight", "tasks_per_request"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive")
+        return self

@@ -1,0 +1,61 @@
+# When things happen: compression runs and publishing, decided from values.
+#
+# Pure: the time is an argument (UTC milliseconds) and the state is the
+# stream's record; nothing here reads a clock or the store.
+# Invariants: a publish never happens without new leaves to add (the row only
+# changes when it can grow); a compression run always leaves the newest
+# messages, about `tail_keep_bytes` of them, without leaves.
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from eva.core.events import PublishReason
+from eva.core.settings import MemorySettings
+from eva.core.state import StreamMeta
+
+
+def compression_due(meta: StreamMeta, settings: MemorySettings) -> bool:
+    """Whether the messages with no leaf yet have passed the compression mark."""
+    return meta.unleafed_bytes > settings.compress_at_bytes
+
+
+def compression_cutoff(
+    newest_first: Iterable[tuple[int, int]], leaf_frontier: int, settings: MemorySettings
+) -> int:
+    """The index up to which a run writes leaves: it keeps the newest ~`tail_keep_bytes`.
+
+    `newest_first` yields (index, rendered bytes) from the newest message back
+    to `leaf_frontier`. The kept tail is at most `tail_keep_bytes`: the message
+    that would cross the mark gets its leaf in this run.
+    """
+    kept = 0
+    cutoff = leaf_frontier
+    for index, size in newest_first:
+        if kept + size > settings.tail_keep_bytes:
+            return index + 1
+        kept += size
+        cutoff = index
+    return max(cutoff, leaf_frontier)
+
+
+def publish_reason(
+    meta: StreamMeta, now_ms: int, last_input_ms: int, settings: MemorySettings
+) -> PublishReason | None:
+    """Why the channel should publish now, or None.
+
+    It publishes when there are new leaves to add to the row and either the
+    chat has been quiet for `quiet_ms` since `last_input_ms`, or the tail has
+    passed `overflow_tail_bytes`.
+    """
+    if meta.leaf_frontier <= meta.row_frontier:
+        return None
+    if meta.tail_bytes > settings.overflow_tail_bytes:
+        return "overflow"
+    if now_ms - last_input_ms >= settings.quiet_ms:
+        return "quiet"
+    return None
+
+
+def quiet_deadline(last_input_ms: int, settings: MemorySettings) -> int:
+    """The time at which the chat counts as quiet if nothing more arrives."""
+    return last_input_ms + settings.quiet_ms

@@ -1,0 +1,332 @@
+# Compression runs: leaves for the older messages, and every merge that becomes ready.
+#
+# Shell: it reads the store, asks a summarizer, and appends line events
+# through a writer. The rules come from the core (tree.leaf_work,
+# tree.glue_or_task, timing.compression_cutoff). Ready merges come from the
+# `ready` projection, the queue the log itself keeps: nothing scans the tree.
+# Invariants: a line is written once per content (a task whose line exists is
+# skipped); a summarizer reply that is empty, too long or for another address
+# never lands; a task that keeps failing stays pending for the next run.
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+
+import trio
+
+from eva.core.address import Address, halves, parent, sibling
+from eva.core.events import AnyEvent, LineWritten
+from eva.core.keys import StreamId
+from eva.core.render import render_message
+from eva.core.settings import MemorySettings
+from eva.core.summarize import LeafTask, MergeTask, Summarizer, Summary, Task, validate_line
+from eva.core.timing import compression_cutoff
+from eva.core.tree import glue_or_task, leaf_work
+from eva.store.event_store import Appended, EventStore
+
+log = logging.getLogger(__name__)
+
+Append = Callable[[StreamId, Sequence[AnyEvent]], Awaitable[Appended]]
+APPEND_CHUNK = 2048
+MAX_ATTEMPTS = 3
+
+
+@dataclass(slots=True)
+class CompressStats:
+    """What one or more runs did, for status lines and benchmarks."""
+
+    leaves_verbatim: int = 0
+    leaves_model: int = 0
+    merges_glue: int = 0
+    merges_model: int = 0
+    model_requests: int = 0
+    model_input_bytes: int = 0
+    model_output_bytes: int = 0
+    rejected_replies: int = 0
+    pending: int = 0
+
+    def add(self, other: CompressStats) -> None:
+        for name in self.__slots__:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+
+@dataclass(slots=True)
+class _Run:
+    store: EventStore
+    stream: StreamId
+    append: Append
+    settings: MemorySettings
+    now_ms: int
+    stats: CompressStats = field(default_factory=CompressStats)
+    attempts: dict[Address, int] = field(default_factory=dict)
+    given_up: set[Address] = field(default_factory=set)
+    written: dict[Address, LineWritten] = field(default_factory=dict)
+
+    def line(self, address: Address) -> LineWritten | None:
+        """A line by address: one this run wrote, else the store's."""
+        found = self.written.get(address)
+        return found if found is not None else self.store.line(self.stream, *address)
+
+
+def run_cutoff(store: EventStore, stream: StreamId, settings: MemorySettings) -> int:
+    """The index up to which a compression run started now would write leaves."""
+    meta = store.meta(stream)
+    if meta is None:
+        return 0
+    newest = store.sizes_newest_first(stream, meta.leaf_frontier)
+    return compression_cutoff(newest, meta.leaf_frontier, settings)
+
+
+async def compress(
+    store: EventStore,
+    stream: StreamId,
+    summarizer: Summarizer,
+    append: Append,
+    settings: MemorySettings,
+    now_ms: int,
+    upto: int,
+) -> CompressStats:
+    """Write the leaves of messages before `upto` and every merge that becomes ready.
+
+    Merges left ready by an earlier run (the `ready` projection) are picked up
+    first; after that, each line written offers its parent, so ready work is
+    found from what was just written, never by scanning.
+    """
+    run = _Run(store, stream, append, settings, now_ms)
+    candidates = {Address(start, size) for start, size in store.ready(stream)}
+    tasks, staged = _leaves(run, upto)
+    candidates |= _parents_ready(run, staged)
+    queued = {task.address for task in tasks}
+    while True:
+        glue_tasks, glued = _glue(run, candidates, queued)
+        tasks.extend(glue_tasks)
+        await _append_lines(run, [*staged, *glued])
+        if not tasks:
+            break
+        round_size = settings.tasks_per_request * settings.model_calls_in_flight
+        round_tasks, tasks = tasks[:round_size], tasks[round_size:]
+        retry, staged = await _summarize_round(run, summarizer, round_tasks)
+        queued -= {line_address(line) for line in staged}
+        tasks.extend(retry)
+        candidates = _parents_ready(run, staged)
+    run.stats.pending = len(run.given_up)
+    return run.stats
+
+
+def line_address(line: LineWritten) -> Address:
+    return Address(line.start, line.size)
+
+
+def _parents_ready(run: _Run, written: Sequence[LineWritten]) -> set[Address]:
+    """The parents that the lines just written complete (their sibling exists)."""
+    found: set[Address] = set()
+    messages = run.store.meta(run.stream)
+    total = 0 if messages is None else messages.messages
+    for line in written:
+        address = line_address(line)
+        above = parent(address)
+        if above.start + above.size > total or above in found:
+            continue
+        if run.line(sibling(address)) is not None:
+            found.add(above)
+    return found
+
+
+def _stage(run: _Run, lines: list[LineWritten]) -> list[LineWritten]:
+    """Remember lines about to be appended, so later steps of the run can read them."""
+    for line in lines:
+        run.written[line_address(line)] = line
+    return lines
+
+
+async def _append_lines(run: _Run, lines: list[LineWritten]) -> None:
+    for start in range(0, len(lines), APPEND_CHUNK):
+        await run.append(run.stream, lines[start : start + APPEND_CHUNK])
+
+
+def _leaves(run: _Run, upto: int) -> tuple[list[Task], list[LineWritten]]:
+    """The verbatim leaves of messages before `upto` (staged) and the leaves that need a model."""
+    meta = run.store.meta(run.stream)
+    if meta is None:
+        return [], []
+    lines: list[LineWritten] = []
+    tasks: list[Task] = []
+    for index in range(meta.leaf_frontier, min(upto, meta.messages)):
+        if run.line(Address(index, 1)) is not None:
+            continue
+        message = run.store.message(run.stream, index)
+        assert message is not None
+        posted = message.posted
+        if message.deleted:
+            work: str | LeafTask = ""
+            authors: tuple[int, ...] = ()
+        else:
+            rendered = render_message(posted.author_name, message.content, message.attachments)
+            work = leaf_work(index, posted.author_name, rendered, run.settings.line_limit)
+            authors = (posted.author_id,)
+        if isinstance(work, LeafTask):
+            tasks.append(work)
+            continue
+        lines.append(
+            LineWritten(
+                at_ms=run.now_ms,
+                start=index,
+                size=1,
+                text=work,
+                first_ms=posted.at_ms,
+                last_ms=posted.at_ms,
+                authors=authors,
+                how="verbatim",
+            )
+        )
+    run.stats.leaves_verbatim += len(lines)
+    return tasks, _stage(run, lines)
+
+
+def _glue(
+    run: _Run, candidates: set[Address], queued: set[Address]
+) -> tuple[list[Task], list[LineWritten]]:
+    """Glue every candidate merge that fits, and the parents that gluing completes.
+
+    Returns the merges that need a model (now in `queued`) and the glued lines (staged).
+    """
+    tasks: list[Task] = []
+    glued: list[LineWritten] = []
+    while candidates:
+        level: list[LineWritten] = []
+        for address in sorted(candidates, key=lambda a: (a.size, a.start)):
+            if address in queued or address in run.given_up or run.line(address) is not None:
+                continue
+            left, right = _halves_of(run, address)
+            work = glue_or_task(address, left.text, right.text, run.settings.line_limit)
+            if isinstance(work, MergeTask):
+                tasks.append(work)
+                queued.add(address)
+                continue
+            level.append(_merged_line(run, address, left, right, work, "glue"))
+        run.stats.merges_glue += len(level)
+        glued.extend(_stage(run, level))
+        candidates = _parents_ready(run, level)
+    return tasks, glued
+
+
+def _halves_of(run: _Run, address: Address) -> tuple[LineWritten, LineWritten]:
+    left_half, right_half = halves(address)
+    left = run.line(left_half)
+    right = run.line(right_half)
+    if left is None or right is None:
+        raise LookupError(f"{run.stream}: merge {address} is missing a half")
+    return left, right
+
+
+def _merged_line(
+    run: _Run,
+    address: Address,
+    left: LineWritten,
+    right: LineWritten,
+    text: str,
+    how: str,
+    summary: Summary | None = None,
+) -> LineWritten:
+    return LineWritten(
+        at_ms=run.now_ms,
+        start=address.start,
+        size=address.size,
+        text=text,
+        first_ms=min(left.first_ms, right.first_ms),
+        last_ms=max(left.last_ms, right.last_ms),
+        authors=tuple(sorted(set(left.authors) | set(right.authors))),
+        how="glue" if how == "glue" else "model",
+        model=summary.model if summary is not None else "",
+        usage=summary.usage if summary is not None else None,
+    )
+
+
+async def _summarize_round(
+    run: _Run, summarizer: Summarizer, tasks: list[Task]
+) -> tuple[list[Task], list[LineWritten]]:
+    """Ask for up to `model_calls_in_flight` batches at once.
+
+    Returns the tasks to ask again and the lines made (staged, for the caller to append).
+    """
+    per_request = run.settings.tasks_per_request
+    batches = [tasks[i : i + per_request] for i in range(0, len(tasks), per_request)]
+    answers: list[list[Summary]] = [[] for _ in batches]
+
+    async def ask(position: int, batch: list[Task]) -> None:
+        run.stats.model_requests += 1
+        run.stats.model_input_bytes += sum(_task_bytes(t) for t in batch)
+        try:
+            answers[position] = await summarizer.summarize(batch)
+        except Exception as error:  # a failing model must not lose the run's other work
+            log.warning("summarizer failed on %d tasks: %s", len(batch), error)
+
+    async with trio.open_nursery() as nursery:
+        for position, batch in enumerate(batches):
+            nursery.start_soon(ask, position, batch)
+    retry: list[Task] = []
+    lines: list[LineWritten] = []
+    for batch, summaries in zip(batches, answers, strict=True):
+        batch_retry, batch_lines = _land(run, batch, summaries)
+        retry.extend(batch_retry)
+        lines.extend(batch_lines)
+    return retry, _stage(run, lines)
+
+
+def _land(
+    run: _Run, batch: list[Task], summaries: list[Summary]
+) -> tuple[list[Task], list[LineWritten]]:
+    """The lines of the valid replies, and the tasks whose reply may not land."""
+    by_address: dict[Address, list[Summary]] = {}
+    for summary in summaries:
+        by_address.setdefault(Address(*summary.address), []).append(summary)
+    lines: list[LineWritten] = []
+    retry: list[Task] = []
+    for task in batch:
+        answers = by_address.get(task.address, [])
+        text = None
+        if len(answers) == 1:
+            text = validate_line(answers[0].text, run.settings.line_limit)
+        if text is None:
+            run.stats.rejected_replies += 1
+            attempts = run.attempts.get(task.address, 0) + 1
+            run.attempts[task.address] = attempts
+            if attempts < MAX_ATTEMPTS:
+                retry.append(task)
+            else:
+                log.warning("giving up on line %s for this run", task.address)
+                run.given_up.add(task.address)
+            continue
+        run.stats.model_output_bytes += len(text.encode())
+        lines.append(_model_line(run, task, text, answers[0]))
+    return retry, lines
+
+
+def _model_line(run: _Run, task: Task, text: str, summary: Summary) -> LineWritten:
+    if isinstance(task, LeafTask):
+        message = run.store.message(run.stream, task.address.start)
+        assert message is not None
+        posted = message.posted
+        run.stats.leaves_model += 1
+        return LineWritten(
+            at_ms=run.now_ms,
+            start=task.address.start,
+            size=1,
+            text=text,
+            first_ms=posted.at_ms,
+            last_ms=posted.at_ms,
+            authors=(posted.author_id,),
+            how="model",
+            model=summary.model,
+            usage=summary.usage,
+        )
+    left, right = _halves_of(run, task.address)
+    run.stats.merges_model += 1
+    return _merged_line(run, task.address, left, right, text, "model", summary)
+
+
+def _task_bytes(task: Task) -> int:
+    if isinstance(task, LeafTask):
+        return len(task.text.encode())
+    return len(task.left_text.encode()) + len(task.right_text.encode())

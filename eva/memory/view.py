@@ -1,0 +1,159 @@
+# What Eva reads: the memory block and the zoom tool, read from one channel's store.
+#
+# Shell: short read transactions; the texts come from the core (eva.core.block,
+# eva.core.render). Every call sees one channel only.
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import tzinfo
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from eva.core.address import Address, format_address, halves, parse_address
+from eva.core.block import ShownMessage, memory_block, message_line, render_tail
+from eva.core.keys import StreamId
+from eva.core.render import cut_to_bytes, render_line
+from eva.core.settings import MemorySettings
+from eva.core.state import StreamMeta
+from eva.store.event_store import EventStore, StoredMessage, read_line, read_message
+
+ZOOM_PAGE_BYTES = 4000
+
+
+def channel_zone(meta: StreamMeta | None, settings: MemorySettings) -> tzinfo:
+    """The channel's time zone, else the settings' one, else UTC."""
+    for name in (meta.time_zone if meta else "", settings.time_zone):
+        if not name:
+            continue
+        try:
+            return ZoneInfo(name)
+        except (ZoneInfoNotFoundError, ValueError):
+            continue
+    return ZoneInfo("UTC")
+
+
+def shown(index: int, message: StoredMessage) -> ShownMessage:
+    """A stored message as the prompt and the tools show it."""
+    return ShownMessage(
+        index=index,
+        at_ms=message.posted.at_ms,
+        author_name=message.posted.author_name,
+        content=message.content,
+        attachments=message.attachments,
+        edited=message.edited_at_ms is not None,
+        deleted=message.deleted,
+    )
+
+
+@dataclass(slots=True)
+class RowText:
+    """The rendered row of the last publish, kept until the next one (`row_seq` changes)."""
+
+    row_seq: int = -2
+    lines: list[str] = field(default_factory=list)
+
+
+def row_lines(store: EventStore, stream: StreamId, tz: tzinfo, cache: RowText) -> list[str]:
+    """The rendered lines of the published row, oldest first."""
+    meta = store.meta(stream)
+    if meta is None or meta.row_seq < 0:
+        return []
+    if cache.row_seq == meta.row_seq:
+        return cache.lines
+    row = store.published_row(stream)
+    assert row is not None
+    lines = []
+    with store.backend.reading() as tables:
+        for start, size in row.entries:
+            line = read_line(tables, stream, start, size)
+            if line is None:
+                raise LookupError(f"{stream}: row line {start}+{size} is missing")
+            address = Address(start, size)
+            lines.append(render_line(address, line.text, line.first_ms, line.last_ms, tz))
+    cache.row_seq, cache.lines = meta.row_seq, lines
+    return lines
+
+
+def tail_messages(store: EventStore, stream: StreamId) -> list[ShownMessage]:
+    """The messages after the row's frontier, oldest first, erased ones left out."""
+    meta = store.meta(stream)
+    if meta is None:
+        return []
+    found = []
+    with store.backend.reading() as tables:
+        for index in range(meta.row_frontier, meta.messages):
+            message = read_message(tables, stream, index)
+            if message is not None and not message.deleted:
+                found.append(shown(index, message))
+    return found
+
+
+def memory_text(
+    store: EventStore, stream: StreamId, settings: MemorySettings, cache: RowText | None = None
+) -> str:
+    """The memory block exactly as Eva's prompt uses it."""
+    tz = channel_zone(store.meta(stream), settings)
+    lines = row_lines(store, stream, tz, cache if cache is not None else RowText())
+    tail = render_tail(tail_messages(store, stream), settings.prompt_tail_max_bytes, tz)
+    return memory_block(lines, tail)
+
+
+class ZoomError(ValueError):
+    """A zoom that cannot be answered; the message says what a valid one looks like."""
+
+
+def zoom(
+    store: EventStore, stream: StreamId, address_text: str, settings: MemorySettings, page: int = 1
+) -> str:
+    """The two lines under a line, rendered like the row; for size 1 the whole message."""
+    try:
+        address = parse_address(address_text)
+    except ValueError as error:
+        raise ZoomError(str(error)) from None
+    meta = store.meta(stream)
+    count = meta.messages if meta else 0
+    if address.start + address.size > count:
+        raise ZoomError(
+            f"{format_address(address)} passes the last message; "
+            f"this channel has messages 0..{count - 1}"
+        )
+    tz = channel_zone(meta, settings)
+    if address.size == 1:
+        return _zoom_message(store, stream, address.start, tz, page)
+    with store.backend.reading() as tables:
+        if read_line(tables, stream, *address) is None:
+            raise ZoomError(
+                f"no line at {format_address(address)} yet; zoom a line shown in the row, "
+                "one of its halves, or a single message as INDEX+1"
+            )
+        lines = []
+        for half in halves(address):
+            line = read_line(tables, stream, *half)
+            assert line is not None
+            lines.append(render_line(half, line.text, line.first_ms, line.last_ms, tz))
+    return "\n".join(lines)
+
+
+def _zoom_message(store: EventStore, stream: StreamId, index: int, tz: tzinfo, page: int) -> str:
+    message = store.message(stream, index)
+    if message is None or message.deleted:
+        return f"[{index}] (this message was deleted or erased)"
+    text = message_line(shown(index, message), tz)
+    pages = _pages(text, ZOOM_PAGE_BYTES)
+    if not 1 <= page <= len(pages):
+        raise ZoomError(f"message {index} has pages 1..{len(pages)}, not {page}")
+    if len(pages) == 1:
+        return text
+    return f"{pages[page - 1]}\n(page {page} of {len(pages)} of message {index})"
+
+
+def _pages(text: str, page_bytes: int) -> list[str]:
+    pages = []
+    rest = text
+    while len(rest.encode()) > page_bytes:
+        head = cut_to_bytes(rest, page_bytes)
+        if not head:
+            break
+        pages.append(head)
+        rest = rest[len(head) :].lstrip(" ")
+    pages.append(rest)
+    return pages
