@@ -9,10 +9,14 @@ import json
 import os
 import sys
 import time
+import tomllib
 from pathlib import Path
 from typing import Any, TextIO
 
+import msgspec
+
 from eva.core.keys import StreamId, parse_stream
+from eva.core.settings import MemorySettings
 from eva.store.event_store import EventStore
 from eva.store.lmdb_kv import open_backend
 
@@ -34,6 +38,28 @@ def add_data_option(parser: argparse.ArgumentParser) -> None:
 
 def add_json_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object for scripts")
+
+
+def add_settings_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--settings",
+        type=Path,
+        default=None,
+        help="TOML settings file; its [memory] table overrides the defaults",
+    )
+
+
+def load_settings(path: Path | None) -> MemorySettings:
+    """The memory settings: defaults, overridden by the [memory] table of a TOML file."""
+    if path is None:
+        return MemorySettings()
+    try:
+        table = tomllib.loads(path.read_text(encoding="utf-8")).get("memory", {})
+        return msgspec.convert(table, MemorySettings).check()
+    except FileNotFoundError:
+        raise UserError(f"no settings file at {path}") from None
+    except (tomllib.TOMLDecodeError, msgspec.ValidationError, ValueError) as error:
+        raise UserError(f"bad settings in {path}: {error}") from None
 
 
 def open_store(data: Path, *, must_exist: bool = True) -> EventStore:
@@ -58,27 +84,32 @@ def find_stream(store: EventStore, text: str) -> StreamId:
             return matches[0]
         known = ", ".join(f"{m.guild_id}/{m.channel_id} (#{m.channel_name})" for m in metas)
         if not matches:
-            raise UserError(f"no channel {text!r} in this data directory; known: {known or 'none'}")
+            raise UserError(
+                f"no channel {text!r} in this data directory; known: {known or 'none'}"
+            ) from None
         raise UserError(f"{text!r} names several channels; use GUILD/CHANNEL: {known}") from None
     if all(StreamId(m.guild_id, m.channel_id) != stream for m in metas):
         raise UserError(f"no channel {stream} in this data directory")
     return stream
 
 
-def print_json(value: Any, out: TextIO = sys.stdout) -> None:
-    out.write(json.dumps(value, ensure_ascii=False) + "\n")
+def print_json(value: Any, out: TextIO | None = None) -> None:
+    """One JSON object on a line, on `out` (standard output by default)."""
+    (out or sys.stdout).write(json.dumps(value, ensure_ascii=False) + "\n")
 
 
 class Progress:
     """A progress bar on standard error: redrawn in place on a terminal, a few lines otherwise."""
 
-    def __init__(self, label: str, total: int, out: TextIO = sys.stderr, quiet: bool = False):
+    def __init__(
+        self, label: str, total: int, out: TextIO | None = None, quiet: bool = False
+    ) -> None:
         self.label = label
         self.total = max(total, 1)
         self.done = 0
-        self.out = out
+        self.out = out if out is not None else sys.stderr
         self.quiet = quiet
-        self.tty = out.isatty()
+        self.tty = self.out.isatty()
         self._started = time.monotonic()
         self._drawn = 0.0
         self._last_tenth = -1

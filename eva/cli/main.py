@@ -14,6 +14,9 @@ COMMAND_MODULES: tuple[str, ...] = (
     "eva.cli.cmd_import",
     "eva.cli.cmd_replay",
     "eva.cli.cmd_audit",
+    "eva.cli.cmd_tree",
+    "eva.cli.cmd_build",
+    "eva.cli.cmd_memory",
 )
 
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-ADDRESS_HELP = "an address is START+SIZE with SIZE a power of two and START a multiple of SIZE, e.g. 8+4"
+ADDRESS_HELP = (
+    "an address is START+SIZE with SIZE a power of two and START a multiple of SIZE, e.g. 8+4"
+)
 
 _ADDRESS_TEXT = re.compile(r"(\d+)\+(\d+)", re.ASCII)
 

@@ -20,7 +20,7 @@ class MemoryTables:
         return self.data[table].get(key)
 
     def put(self, table: Table, key: bytes, value: bytes) -> None:
-        self.data[table][key] = bytes(value)
+        self.data[table][key] = value
 
     def delete(self, table: Table, key: bytes) -> None:
         self.data[table].pop(key, None)

@@ -26,6 +26,7 @@ from eva.core.events import (
     decode_event,
 )
 from eva.core.keys import StreamId, Table
+from eva.core.recall_index import PostingBuffer
 from eva.core.render import LINE_LIMIT_BYTES, render_message
 from eva.core.state import (
     LineSlot,
@@ -35,8 +36,6 @@ from eva.core.state import (
     decode_slot,
     encode_record,
 )
-
-
 
 
 class Tables(Protocol):
@@ -72,6 +71,7 @@ class Projector:
     def __init__(self, tables: Tables) -> None:
         self._tables = tables
         self._metas: dict[StreamId, StreamMeta] = {}
+        self._postings = PostingBuffer()
 
     def meta(self, stream: StreamId) -> StreamMeta:
         """The stream's record as it stands in this transaction (new if unknown)."""
@@ -120,6 +120,8 @@ class Projector:
             raise Rejected(
                 f"{stream}: message index {event.index}, expected {meta.messages}"
             )
+        if not 0 <= event.message_id <= keys.MAX_U64:
+            raise Rejected(f"{stream}: message id {event.message_id} is out of range")
         id_key = keys.discord_id_key(stream, event.message_id)
         if self._tables.get("discord_ids", id_key) is not None:
             raise Rejected(f"{stream}: message id {event.message_id} is already stored")
@@ -133,6 +135,7 @@ class Projector:
         meta.messages += 1
         meta.unleafed_bytes += size
         meta.tail_bytes += size
+        self._postings.add(stream, event.index, indexed_text(event.content, event.attachments))
 
     def _slot(self, stream: StreamId, index: int, message_id: int) -> MessageSlot:
         if not (0 <= index <= keys.MAX_U64 and 0 <= message_id <= keys.MAX_U64):
@@ -150,6 +153,8 @@ class Projector:
         posted = self._posted_event(stream, slot)
         size = rendered_size(posted.author_name, event.content, event.attachments)
         self._resize(meta, event.index, slot.size, size)
+        self._postings.remove(stream, event.index, self._indexed(stream, slot))
+        self._postings.add(stream, event.index, indexed_text(event.content, event.attachments))
         slot.content_seq = seq
         slot.size = size
         self._tables.put("messages", keys.message_key(stream, event.index), encode_record(slot))
@@ -158,6 +163,7 @@ class Projector:
         slot = self._slot(stream, event.index, event.message_id)
         if not slot.deleted:
             self._resize(meta, event.index, slot.size, 0)
+            self._postings.remove(stream, event.index, self._indexed(stream, slot))
             slot.deleted = True
             slot.size = 0
             meta.deleted += 1
@@ -177,6 +183,14 @@ class Projector:
         if not isinstance(event, MessagePosted):
             raise Rejected(f"{stream}: event {slot.posted_seq} is not the message it should be")
         return event
+
+    def _indexed(self, stream: StreamId, slot: MessageSlot) -> str:
+        """The text the recall index holds for a message now."""
+        data = self._tables.get("events", keys.event_key(stream, slot.content_seq))
+        event = None if data is None else decode_event(data)
+        if not isinstance(event, MessagePosted | MessageEdited):
+            raise Rejected(f"{stream}: event {slot.content_seq} holds no message text")
+        return indexed_text(event.content, event.attachments)
 
     def _size(self, stream: StreamId, index: int) -> int:
         data = self._tables.get("messages", keys.message_key(stream, index))
@@ -243,6 +257,13 @@ class Projector:
         meta.row_seq = meta.position
 
 
+def indexed_text(content: str, attachments: tuple[str, ...]) -> str:
+    """What recall searches in a message: its text and its attachments' names."""
+    return " ".join((content, *attachments)) if attachments else content
+
+
 def rendered_size(name: str, content: str, attachments: tuple[str, ...]) -> int:
-    """Bytes of a message as its leaf would read it."""
-    return len(render_message(name, content, attachments).encode())
+    """Bytes of a message as its leaf would read it (`render_message`, encoded)."""
+    if attachments:
+        return len(render_message(name, content, attachments).encode())
+    return len(name.encode()) + 2 + len(content.encode())

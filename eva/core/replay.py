@@ -7,6 +7,8 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Iterable
 
+import msgspec
+
 from eva.core import keys
 from eva.core.events import decode_event
 from eva.core.keys import PROJECTION_TABLES, StreamId
@@ -46,14 +48,9 @@ def projection_rows(tables: Tables, stream: StreamId) -> ProjectionRows:
 
 
 def digest(rows: ProjectionRows) -> str:
-    """A SHA-256 over every table name, key and value, in order."""
-    hasher = hashlib.sha256()
-    for table in PROJECTION_TABLES:
-        hasher.update(table.encode() + b"\0")
-        for key, value in rows.get(table, []):
-            hasher.update(len(key).to_bytes(4, "big") + key)
-            hasher.update(len(value).to_bytes(4, "big") + value)
-    return hasher.hexdigest()
+    """A SHA-256 over every table name, key and value, in order (as one msgpack document)."""
+    document = [(table, rows.get(table, [])) for table in PROJECTION_TABLES]
+    return hashlib.sha256(msgspec.msgpack.encode(document)).hexdigest()
 
 
 def differing_tables(live: ProjectionRows, rebuilt: ProjectionRows) -> list[str]:

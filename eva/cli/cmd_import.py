@@ -1,0 +1,263 @@
+# `eva import`: store a DiscordChatExporter JSON export as a channel's events.
+#
+# The shell around eva.core.dce: it reads the file, asks the store what it
+# already holds, and appends every new event in one `append` call, so an
+# import lands whole or not at all. A file that cannot be read or parsed is a
+# UserError, and the data directory is only opened once the export is known
+# to be good. Importing the same export twice adds nothing.
+from __future__ import annotations
+
+import argparse
+import gc
+import gzip
+import os
+import sys
+import time
+import zlib
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, overload
+
+from eva.cli.common import (
+    Progress,
+    UserError,
+    add_data_option,
+    add_json_option,
+    open_store,
+    print_json,
+)
+from eva.core.dce import ExportError, KnownMessage, export_events, parse_export
+from eva.core.events import AnyEvent, MessageEdited, MessagePosted
+from eva.core.keys import StreamId
+from eva.core.projection import Rejected
+from eva.store.event_store import EventStore
+
+GZIP_MAGIC = b"\x1f\x8b"
+PROGRESS_STEP = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class ImportReport:
+    """What an import stored, and where the channel stands after it."""
+
+    file: str
+    stream: str
+    guild_id: str
+    guild_name: str
+    channel_id: str
+    channel_name: str
+    added: int
+    edited: int
+    already_present: int
+    repeated_in_export: int
+    messages: int
+    first_ms: int | None
+    last_ms: int | None
+    authors: int
+    data_dir: str
+    data_dir_bytes: int
+    seconds: float
+
+    def to_json(self) -> dict[str, Any]:
+        value = asdict(self)
+        value["first_at"] = _iso(self.first_ms)
+        value["last_at"] = _iso(self.last_ms)
+        return value
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "import",
+        help="import a DiscordChatExporter JSON export (.json or .json.gz)",
+        description=(
+            "Store the messages of a DiscordChatExporter JSON export in the channel's "
+            "event log. Messages already stored are skipped, changed ones recorded as "
+            "edits; the whole import is one transaction."
+        ),
+    )
+    parser.add_argument("export", type=Path, metavar="EXPORT", help="the export file")
+    add_data_option(parser)
+    add_json_option(parser)
+    parser.add_argument("--quiet", action="store_true", help="no progress bar or summary")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    report = import_file(args.data, args.export, quiet=args.quiet)
+    if args.json:
+        print_json(report.to_json(), sys.stdout)  # looked up now: capture may swap it
+    elif not args.quiet:
+        print(describe(report))
+    return 0
+
+
+def import_file(data: Path, export_path: Path, *, quiet: bool = True) -> ImportReport:
+    """Import one export file into the data directory `data` (created if needed)."""
+    started = time.perf_counter()
+    with _no_cyclic_gc():
+        raw = read_export(export_path)
+        try:
+            export = parse_export(raw)
+        except ExportError as error:
+            raise UserError(f"cannot import {export_path}: {error}") from None
+        del raw
+        stream = export.stream
+        store = open_store(data, must_exist=False)
+        events = export_events(export, store.meta(stream), _known_in(store, stream))
+        if events:
+            _append(store, stream, events, export_path, quiet)
+    meta = store.meta(stream)
+    assert meta is not None
+    added = sum(isinstance(e, MessagePosted) for e in events)
+    edited = sum(isinstance(e, MessageEdited) for e in events)
+    distinct = len({int(m.id) for m in export.messages})
+    return ImportReport(
+        file=str(export_path),
+        stream=str(stream),
+        guild_id=str(stream.guild_id),
+        guild_name=meta.guild_name,
+        channel_id=str(stream.channel_id),
+        channel_name=meta.channel_name,
+        added=added,
+        edited=edited,
+        already_present=distinct - added - edited,
+        repeated_in_export=len(export.messages) - distinct,
+        messages=meta.messages,
+        first_ms=meta.first_ms if meta.messages else None,
+        last_ms=meta.last_ms if meta.messages else None,
+        authors=len({m.author.id for m in export.messages}),
+        data_dir=str(data),
+        data_dir_bytes=directory_bytes(data),
+        seconds=round(time.perf_counter() - started, 3),
+    )
+
+
+def _append(
+    store: EventStore, stream: StreamId, events: list[AnyEvent], export_path: Path, quiet: bool
+) -> None:
+    progress = Progress("import", len(events), sys.stderr, quiet=quiet)
+    try:
+        store.append(stream, _Reporting(events, progress))
+    except Rejected as error:
+        raise UserError(f"cannot import {export_path}: the store refused it: {error}") from None
+    finally:
+        progress.close()
+
+
+@contextmanager
+def _no_cyclic_gc() -> Iterator[None]:
+    """Pause the cyclic GC: an import makes millions of objects and no cycles.
+
+    Left on, the collector would walk the growing heap again and again and
+    take about a third of the import's time.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def read_export(path: Path) -> bytes:
+    """The export's JSON bytes; gzip data is unpacked, whatever the file is named."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise UserError(f"no such file: {path}") from None
+    except IsADirectoryError:
+        raise UserError(f"{path} is a directory, not an export file") from None
+    except OSError as error:
+        raise UserError(f"cannot read {path}: {error.strerror or error}") from None
+    if data.startswith(GZIP_MAGIC):
+        try:
+            return gzip.decompress(data)
+        except EOFError:
+            raise UserError(f"{path}: the gzip data is truncated") from None
+        except (gzip.BadGzipFile, zlib.error) as error:
+            raise UserError(f"{path}: the gzip data is corrupt ({error})") from None
+    if path.suffix == ".gz":
+        raise UserError(f"{path} is named .gz but is not gzip data")
+    return data
+
+
+def directory_bytes(path: Path) -> int:
+    """The bytes of the files directly in a directory (0 if it does not exist)."""
+    try:
+        return sum(entry.stat().st_size for entry in os.scandir(path) if entry.is_file())
+    except FileNotFoundError:
+        return 0
+
+
+def describe(report: ImportReport) -> str:
+    """The summary printed after an import."""
+    rows = [
+        ("channel", f"#{report.channel_name} ({report.stream})"),
+        ("guild", report.guild_name or "(no name)"),
+        ("messages added", f"{report.added:,}"),
+        ("edits recorded", f"{report.edited:,}"),
+        ("already present", f"{report.already_present:,}"),
+        ("messages now", f"{report.messages:,}"),
+        ("first message", _iso(report.first_ms) or "-"),
+        ("last message", _iso(report.last_ms) or "-"),
+        ("authors in export", f"{report.authors:,}"),
+        ("data directory", f"{report.data_dir} ({report.data_dir_bytes / 1e6:.1f} MB)"),
+    ]
+    if report.repeated_in_export:
+        rows.insert(5, ("repeated ids skipped", f"{report.repeated_in_export:,}"))
+    width = max(len(name) for name, _ in rows)
+    lines = [f"imported {report.file} in {report.seconds:.2f} s"]
+    lines += [f"  {name:<{width}}  {value}" for name, value in rows]
+    return "\n".join(lines)
+
+
+def _known_in(store: EventStore, stream: StreamId) -> Callable[[int], KnownMessage | None]:
+    def known(message_id: int) -> KnownMessage | None:
+        index = store.index_of(stream, message_id)
+        if index is None:
+            return None
+        stored = store.message(stream, index)
+        if stored is None:
+            return None
+        return KnownMessage(index, stored.content, stored.attachments, stored.deleted)
+
+    return known
+
+
+def _iso(ms: int | None) -> str | None:
+    if ms is None:
+        return None
+    moment = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=ms)
+    return moment.isoformat(timespec="milliseconds")
+
+
+class _Reporting(Sequence[AnyEvent]):
+    """The events to append, moving a progress bar as the store reads them."""
+
+    def __init__(self, events: list[AnyEvent], progress: Progress) -> None:
+        self._events = events
+        self._progress = progress
+
+    def __len__(self) -> int:
+        return len(self._events)
+
+    @overload
+    def __getitem__(self, index: int) -> AnyEvent: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[AnyEvent]: ...
+
+    def __getitem__(self, index: int | slice) -> AnyEvent | Sequence[AnyEvent]:
+        return self._events[index]
+
+    def __iter__(self) -> Iterator[AnyEvent]:
+        # The store may run its write again (after growing the map): start over.
+        self._progress.done = 0
+        events = self._events
+        for start in range(0, len(events), PROGRESS_STEP):
+            yield from events[start : start + PROGRESS_STEP]
+            self._progress.advance(min(PROGRESS_STEP, len(events) - start))

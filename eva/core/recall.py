@@ -1,0 +1,197 @@
+# What the `recall` tool shows: search hits with the messages around them.
+#
+# Pure: it is handed the search result, a way to read a message by index, and
+# a time zone; it reads no store, clock or time zone database of its own.
+# Invariants: deleted or erased messages are never shown; hits appear in rank
+# order, each inside one window of nearby messages (overlapping or touching
+# windows are merged); the text form never passes `cap_bytes` of UTF-8 and
+# says how many hits it left out.
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, tzinfo
+
+import msgspec
+
+from eva.core.block import ShownMessage, local_minute
+from eva.core.recall_index import SearchResult
+from eva.core.render import cut_to_bytes, flatten_line_breaks, render_message, utf8_size
+
+MESSAGE_BYTES = 300
+ELLIPSIS = "…"
+
+
+class RecallLine(msgspec.Struct, frozen=True, kw_only=True):
+    """One message in recall's answer; `text` is one line, shortened if long."""
+
+    index: int
+    at_ms: int
+    time: str
+    author: str
+    text: str
+    hit: bool
+
+
+class RecallView(msgspec.Struct, frozen=True, kw_only=True):
+    """Recall's answer as data (for `--json`): windows in the rank order of their best hit."""
+
+    query: str
+    total: int
+    shown_hits: int
+    more: int
+    windows: tuple[tuple[RecallLine, ...], ...]
+
+
+def _shown(message: ShownMessage, hit: bool, tz: tzinfo) -> RecallLine:
+    # `render_message` with no name gives ": text [attachment: ...]".
+    body = flatten_line_breaks(render_message("", message.content, message.attachments)[2:])
+    if utf8_size(body) > MESSAGE_BYTES:
+        body = cut_to_bytes(body, MESSAGE_BYTES - utf8_size(ELLIPSIS)) + ELLIPSIS
+    return RecallLine(
+        index=message.index,
+        at_ms=message.at_ms,
+        time=local_minute(message.at_ms, tz),
+        author=flatten_line_breaks(message.author_name),
+        text=body,
+        hit=hit,
+    )
+
+
+def render_shown(message: RecallLine) -> str:
+    """`> [index] YYYY-MM-DD HH:MM Name: text`, with `>` only on a hit."""
+    mark = ">" if message.hit else " "
+    return f"{mark} [{message.index}] {message.time} {message.author}: {message.text}"
+
+
+def _visible(message_at: Callable[[int], ShownMessage | None], index: int) -> ShownMessage | None:
+    if index < 0:
+        return None
+    message = message_at(index)
+    return None if message is None or message.deleted else message
+
+
+def _neighbours(
+    message_at: Callable[[int], ShownMessage | None], index: int, step: int, context: int
+) -> list[ShownMessage]:
+    """Up to `context` shown messages from `index` in direction `step`, skipping gone ones."""
+    found: list[ShownMessage] = []
+    probe = index + step
+    # Walk a bounded distance: a long run of erased messages is not searched through.
+    for _ in range(4 * context + 8):
+        if len(found) == context:
+            break
+        message = _visible(message_at, probe)
+        if message is not None:
+            found.append(message)
+        probe += step
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class _Window:
+    """Messages shown together (by index), and which of them are hits."""
+
+    messages: dict[int, ShownMessage]
+    hits: frozenset[int]
+
+    def touches(self, other: _Window) -> bool:
+        return (
+            min(other.messages) <= max(self.messages) + 1
+            and min(self.messages) <= max(other.messages) + 1
+        )
+
+    def joined(self, other: _Window) -> _Window:
+        return _Window({**self.messages, **other.messages}, self.hits | other.hits)
+
+    def shown(self, tz: tzinfo) -> tuple[RecallLine, ...]:
+        return tuple(
+            _shown(self.messages[index], index in self.hits, tz) for index in sorted(self.messages)
+        )
+
+
+def _with_hit(windows: list[_Window], new: _Window) -> list[_Window]:
+    """`windows` with `new` merged into every window it touches, at the best one's place."""
+    place = len(windows)
+    kept = list(enumerate(windows))
+    while True:
+        touching = [(rank, window) for rank, window in kept if window.touches(new)]
+        if not touching:
+            break
+        for rank, window in touching:
+            place = min(place, rank)
+            new = window.joined(new)
+        joined = {rank for rank, _ in touching}
+        kept = [(rank, window) for rank, window in kept if rank not in joined]
+    ranked = sorted([*kept, (place, new)], key=lambda item: item[0])
+    return [window for _, window in ranked]
+
+
+def _render(query: str, windows: list[tuple[RecallLine, ...]], total: int, more: int) -> str:
+    if not windows:
+        return f'No messages match "{query}".'
+    shown_hits = sum(message.hit for window in windows for message in window)
+    parts = [f'{total} messages match "{query}"; the best {shown_hits}, with context:']
+    parts.extend("\n".join(render_shown(message) for message in window) for window in windows)
+    if more:
+        parts.append(f"... {more} more hits; refine the words")
+    return "\n\n".join(parts)
+
+
+def recall_view(
+    query: str,
+    result: SearchResult,
+    message_at: Callable[[int], ShownMessage | None],
+    *,
+    context: int = 2,
+    cap_bytes: int = 8000,
+    tz: tzinfo = UTC,
+) -> RecallView:
+    """Recall's answer as data: the hits that fit `cap_bytes` as text, with their context."""
+    windows: list[_Window] = []
+    shown: list[tuple[RecallLine, ...]] = []
+    shown_hits = 0
+    for index, _score in result.hits:
+        hit = _visible(message_at, index)
+        if hit is None:
+            continue
+        around = [
+            *reversed(_neighbours(message_at, index, -1, context)),
+            hit,
+            *_neighbours(message_at, index, 1, context),
+        ]
+        new = _Window({message.index: message for message in around}, frozenset((index,)))
+        grown = _with_hit(windows, new)
+        rendered = [window.shown(tz) for window in grown]
+        more = result.total - shown_hits - 1
+        if utf8_size(_render(query, rendered, result.total, more)) > cap_bytes:
+            break
+        windows, shown, shown_hits = grown, rendered, shown_hits + 1
+    return RecallView(
+        query=query,
+        total=result.total,
+        shown_hits=shown_hits,
+        more=max(result.total - shown_hits, 0),
+        windows=tuple(shown),
+    )
+
+
+def recall_text(
+    query: str,
+    result: SearchResult,
+    message_at: Callable[[int], ShownMessage | None],
+    *,
+    context: int = 2,
+    cap_bytes: int = 8000,
+    tz: tzinfo = UTC,
+) -> str:
+    """Recall's answer as the tool shows it: hits with context, within `cap_bytes`.
+
+    Each message is one line `[index] YYYY-MM-DD HH:MM Name: text`, hit lines
+    marked `>`; windows are apart by a blank line, in the rank order of their
+    best hit; the last line says how many more hits there were.
+    """
+    view = recall_view(query, result, message_at, context=context, cap_bytes=cap_bytes, tz=tz)
+    if not view.windows and result.total:
+        return f'{result.total} messages match "{query}", but none fit in {cap_bytes} bytes.'
+    return _render(query, list(view.windows), view.total, view.more)

@@ -1,0 +1,124 @@
+# Text forms of memory: a message as a leaf, a line as a row entry, and byte budgets.
+#
+# Pure: it is handed texts, times (UTC milliseconds) and a time zone value; it
+# reads no clock and no time zone database of its own.
+# Invariants: a rendered row entry is one line (no line breaks of any kind);
+# `cut_to_bytes` returns a prefix of its input that fits the limit in UTF-8 and
+# never splits a character, nor a character from the marks that join onto it.
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime, timedelta, tzinfo
+
+from eva.core.address import Address, format_address
+
+LINE_LIMIT_BYTES = 512
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_LINE_BREAK = re.compile("\r\n|[\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029]")
+_ZERO_WIDTH_JOINER = "\u200d"
+
+
+def utf8_size(text: str) -> int:
+    """The number of bytes of `text` in UTF-8."""
+    return len(text.encode("utf-8"))
+
+
+def fits(text: str, limit: int = LINE_LIMIT_BYTES) -> bool:
+    """Whether `text` is at most `limit` bytes of UTF-8."""
+    return utf8_size(text) <= limit
+
+
+def flatten_line_breaks(text: str) -> str:
+    """`text` with every line break (\\r\\n, \\n, \\r, \\u2028, ...) turned into one space."""
+    return _LINE_BREAK.sub(" ", text)
+
+
+def local_date(at_ms: int, tz: tzinfo = UTC) -> str:
+    """The calendar date `YYYY-MM-DD` of a UTC millisecond time, seen in `tz`."""
+    return (_EPOCH + timedelta(milliseconds=at_ms)).astimezone(tz).date().isoformat()
+
+
+def date_span(first_ms: int, last_ms: int, tz: tzinfo = UTC) -> str:
+    """`YYYY-MM-DD` when both times fall on one day in `tz`, else `YYYY-MM-DD..YYYY-MM-DD`."""
+    first_day = local_date(first_ms, tz)
+    last_day = local_date(last_ms, tz)
+    return first_day if first_day == last_day else f"{first_day}..{last_day}"
+
+
+def render_line(address: Address, text: str, first_ms: int, last_ms: int, tz: tzinfo = UTC) -> str:
+    """One row entry: `start+size DATE|text`, all on one line."""
+    entry = format_address(address)
+    return f"{entry} {date_span(first_ms, last_ms, tz)}|{flatten_line_breaks(text)}"
+
+
+def render_row(lines: Iterable[str]) -> str:
+    """The rendered row: its entries, oldest first, one per line."""
+    return "\n".join(lines)
+
+
+def render_message(name: str, content: str, attachments: Sequence[str] = ()) -> str:
+    """A message as it reads in memory: `Name: text` with each attachment named."""
+    parts = [content] if content else []
+    parts.extend(f"[attachment: {attachment}]" for attachment in attachments)
+    return f"{name}: {' '.join(parts)}"
+
+
+def join_glue(older: str, newer: str) -> str:
+    """Two sibling lines glued into their parent: joined by a newline.
+
+    An empty half (an erased message) adds nothing, so no stray newline appears.
+    """
+    if not older:
+        return newer
+    if not newer:
+        return older
+    return f"{older}\n{newer}"
+
+
+def _joins_previous(character: str) -> bool:
+    """Whether `character` belongs to the character before it (a cut may not go before it)."""
+    return (
+        unicodedata.category(character) in ("Mn", "Mc", "Me")
+        or character == _ZERO_WIDTH_JOINER
+        or "\ufe00" <= character <= "\ufe0f"
+        or "\U0001f3fb" <= character <= "\U0001f3ff"
+    )
+
+
+def _is_cut_point(text: str, position: int) -> bool:
+    """Whether text[:position] ends between two whole characters as a reader sees them."""
+    if position in (0, len(text)):
+        return True
+    return not _joins_previous(text[position]) and text[position - 1] != _ZERO_WIDTH_JOINER
+
+
+def _longest_prefix_in(text: str, limit: int) -> int:
+    """The length in characters of the longest prefix of `text` within `limit` bytes."""
+    encoded = text.encode("utf-8")
+    if len(encoded) <= limit:
+        return len(text)
+    return len(encoded[: max(limit, 0)].decode("utf-8", errors="ignore"))
+
+
+def cut_to_bytes(text: str, limit: int) -> str:
+    """The start of `text` within `limit` UTF-8 bytes, cut after a word when it can be.
+
+    Returns `text` itself when it fits. Otherwise cuts at the last space inside
+    the limit (dropping the trailing spaces); with no space, cuts between
+    characters, keeping combining marks and joined emoji with their base.
+    """
+    end = _longest_prefix_in(text, limit)
+    if end == len(text):
+        return text
+    for position in range(end, 0, -1):
+        if text[position].isspace():
+            cut = text[:position].rstrip()
+            if cut:
+                return cut
+            break
+    while end > 0 and not _is_cut_point(text, end):
+        end -= 1
+    return text[:end]

@@ -1,0 +1,186 @@
+# The row: the lines Eva reads, and the rule that decides which of them merge.
+#
+# Pure: works on addresses only. It does not know line texts, only what the
+# caller tells it through `has_line` (does a line exist at this address?) and
+# `line_bytes` (how many bytes that line renders to).
+# Invariants of a row: its addresses are valid and cover messages 0 .. F-1
+# (F = the frontier) exactly once, oldest first. Appending leaves only adds at
+# the end; a merge replaces two adjacent siblings by their parent in place.
+# Which pair merges first is decided by `due`, compared exactly (no floats),
+# with ties going to the oldest pair.
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Sequence
+from fractions import Fraction
+from typing import NamedTuple
+
+from eva.core.address import Address, is_valid, last, leaf, level, parent
+
+HIGH_MARK_BYTES = 96 * 1024
+LOW_MARK_BYTES = 48 * 1024
+
+HasLine = Callable[[Address], bool]
+LineBytes = Callable[[Address], int]
+
+
+def frontier(row: Sequence[Address]) -> int:
+    """F: the number of messages the row covers (its last entry ends at F-1)."""
+    return last(row[-1]) + 1 if row else 0
+
+
+def is_row(row: Sequence[Address]) -> bool:
+    """Whether `row` is valid addresses covering 0 .. F-1 exactly once, oldest first."""
+    expected_start = 0
+    for address in row:
+        if not is_valid(address) or address.start != expected_start:
+            return False
+        expected_start += address.size
+    return True
+
+
+def append_leaves(row: Sequence[Address], new_frontier: int) -> list[Address]:
+    """The row extended by one leaf for each message from its frontier up to `new_frontier`."""
+    old_frontier = frontier(row)
+    if new_frontier < old_frontier:
+        raise ValueError(f"the row already covers {old_frontier} messages, not {new_frontier}")
+    return [*row, *(leaf(index) for index in range(old_frontier, new_frontier))]
+
+
+def is_pair(older: Address, newer: Address) -> bool:
+    """Whether two adjacent entries are siblings (l, i) and (l, i+1) with i even."""
+    return older.size == newer.size and older.start % (older.size * 2) == 0
+
+
+def mergeable_pairs(row: Sequence[Address]) -> list[int]:
+    """Positions p in the row where row[p] and row[p+1] form a pair, oldest first."""
+    return [p for p in range(len(row) - 1) if is_pair(row[p], row[p + 1])]
+
+
+def due(pair_last: int, pair_level: int, covered: int) -> Fraction:
+    """How due a pair is for merging: (T - last) / 2**l.
+
+    `covered` is T, the number of messages the row covers; `pair_last` the
+    index of the pair's last message; `pair_level` the level l of each half.
+    """
+    return Fraction(covered - pair_last, 2**pair_level)
+
+
+def _due_key(pair_last: int, pair_level: int, covered: int, scale_bits: int) -> int:
+    """`due` times 2**scale_bits, an exact integer while pair_level <= scale_bits."""
+    return (covered - pair_last) << (scale_bits - pair_level)
+
+
+def _scale_bits(covered: int) -> int:
+    # A pair at level l covers 2**(l+1) <= covered messages, so l < covered.bit_length().
+    return covered.bit_length()
+
+
+def most_due_pair(row: Sequence[Address], has_line: HasLine) -> int | None:
+    """The position of the most due pair whose parent line exists (oldest among equals)."""
+    covered = frontier(row)
+    scale_bits = _scale_bits(covered)
+    best_position: int | None = None
+    best_key = -1
+    for position in range(len(row) - 1):
+        older = row[position]
+        if not is_pair(older, row[position + 1]):
+            continue
+        key = _due_key(last(older) + older.size, level(older.size), covered, scale_bits)
+        if key > best_key and has_line(parent(older)):
+            best_position, best_key = position, key
+    return best_position
+
+
+def merge_at(row: Sequence[Address], position: int) -> list[Address]:
+    """The row with the pair at `position` replaced by its parent."""
+    older = row[position]
+    if position + 1 >= len(row) or not is_pair(older, row[position + 1]):
+        raise ValueError(f"no pair at position {position}")
+    return [*row[:position], parent(older), *row[position + 2 :]]
+
+
+def merge_most_due(row: Sequence[Address], has_line: HasLine) -> list[Address] | None:
+    """The row after merging its most due pair whose parent exists; None if none can merge."""
+    position = most_due_pair(row, has_line)
+    return None if position is None else merge_at(row, position)
+
+
+def row_bytes(row: Sequence[Address], line_bytes: LineBytes) -> int:
+    """The size of the rendered row: its lines joined by newlines."""
+    return sum(line_bytes(address) for address in row) + max(len(row) - 1, 0)
+
+
+class SawtoothResult(NamedTuple):
+    """What one sawtooth did: the new row, the parents it merged in order, its bytes."""
+
+    row: list[Address]
+    merges: tuple[Address, ...]
+    stopped_early: bool
+    """True when the row stayed above the low mark because no pair could merge."""
+    row_bytes: int
+
+
+def sawtooth(
+    row: Sequence[Address],
+    line_bytes: LineBytes,
+    has_line: HasLine,
+    high: int = HIGH_MARK_BYTES,
+    low: int = LOW_MARK_BYTES,
+) -> SawtoothResult:
+    """Merge by priority once the rendered row passes `high`, until it is at most `low`.
+
+    Makes exactly the merges that repeated `merge_most_due` would make. Stops
+    early, leaving the rest for the next publish, when no pair has its parent.
+    """
+    if low > high:
+        raise ValueError(f"the low mark {low} is above the high mark {high}")
+    entries = list(row)
+    sizes = [line_bytes(address) for address in entries]
+    total = sum(sizes) + max(len(entries) - 1, 0)
+    if total <= high:
+        return SawtoothResult(entries, (), False, total)
+
+    covered = frontier(entries)
+    scale_bits = _scale_bits(covered)
+    count = len(entries)
+    # A doubly linked list over positions; a merge keeps the older node for the parent.
+    newer_of = list(range(1, count + 1))
+    older_of = list(range(-1, count - 1))
+    alive = [True] * count
+    # Heap items: (-due key, start, older node, newer node, older address).
+    heap: list[tuple[int, int, int, int, Address]] = []
+
+    def offer(older_node: int, newer_node: int) -> None:
+        if older_node < 0 or newer_node >= count:
+            return
+        older = entries[older_node]
+        if is_pair(older, entries[newer_node]) and has_line(parent(older)):
+            key = _due_key(last(older) + older.size, level(older.size), covered, scale_bits)
+            heapq.heappush(heap, (-key, older.start, older_node, newer_node, older))
+
+    for node in range(count - 1):
+        offer(node, node + 1)
+
+    merges: list[Address] = []
+    while total > low and heap:
+        _, _, older_node, newer_node, older = heapq.heappop(heap)
+        # Each entry is in at most one pair, so items never go stale; checked anyway.
+        if not (alive[older_node] and alive[newer_node] and entries[older_node] == older):
+            continue
+        merged = parent(older)
+        total -= sizes[older_node] + sizes[newer_node] + 1
+        entries[older_node] = merged
+        sizes[older_node] = line_bytes(merged)
+        total += sizes[older_node]
+        alive[newer_node] = False
+        after = newer_of[newer_node]
+        newer_of[older_node] = after
+        if after < count:
+            older_of[after] = older_node
+        merges.append(merged)
+        offer(older_of[older_node], older_node)
+        offer(older_node, after)
+
+    new_row = [entries[node] for node in range(count) if alive[node]]
+    return SawtoothResult(new_row, tuple(merges), total > low, total)

@@ -1,0 +1,223 @@
+# What a summarizer is asked, what it answers, and a summarizer that needs no model.
+#
+# Pure: the tasks and summaries are values; `Summarizer` is only a type (the
+# shell's model client implements it under trio). No network, clock or
+# randomness here: the offline summarizer is a deterministic function.
+# Invariants: a line that lands is non-empty, not only whitespace, and at most
+# the line limit in UTF-8 (`validate_line`); the offline summarizer's output
+# always passes `validate_line` and keeps `Name:` prefixes while they fit.
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Protocol, TypeAlias
+
+import msgspec
+
+from eva.core.address import Address
+from eva.core.events import Usage
+from eva.core.render import LINE_LIMIT_BYTES, cut_to_bytes, fits, utf8_size
+
+OFFLINE_MODEL = "offline"
+ELLIPSIS = "…"
+PIECE_SEPARATOR = " / "
+_MIN_BODY_BYTES = 12
+
+_PIECE_BREAK = re.compile("\r\n|[\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029]| / ")
+_SPEAKER = re.compile(r"([^:\s][^:\n]{0,79}?): (.*)", re.DOTALL)
+
+
+class LeafTask(msgspec.Struct, frozen=True, kw_only=True):
+    """Compress one message too long to be its own leaf; `text` is its rendered form."""
+
+    address: Address
+    name: str
+    text: str
+
+
+class MergeTask(msgspec.Struct, frozen=True, kw_only=True):
+    """Merge two sibling lines into their parent, reading only those two lines."""
+
+    address: Address
+    left_text: str
+    right_text: str
+
+
+Task: TypeAlias = LeafTask | MergeTask
+
+
+class Summary(msgspec.Struct, frozen=True, kw_only=True):
+    """The text a summarizer wrote for a task's address, and what it cost."""
+
+    address: Address
+    text: str
+    model: str
+    usage: Usage | None = None
+
+
+class Summarizer(Protocol):
+    """Anything that turns a batch of tasks into summaries, one per task, in order."""
+
+    async def summarize(self, tasks: Sequence[Task]) -> list[Summary]:
+        """The summaries of `tasks`."""
+        ...
+
+
+def line_problem(text: str, limit: int = LINE_LIMIT_BYTES) -> str | None:
+    """Why `text` may not land as a line, or None when it may."""
+    if not text.strip():
+        return "the line is empty"
+    size = utf8_size(text.strip())
+    if size > limit:
+        return f"the line is {size} bytes, over the limit of {limit}"
+    return None
+
+
+def validate_line(text: str, limit: int = LINE_LIMIT_BYTES) -> str | None:
+    """The line to write from a summarizer's reply (trimmed), or None if it may not land."""
+    return None if line_problem(text, limit) is not None else text.strip()
+
+
+def _shorten(text: str, limit: int) -> str:
+    """`text` if it fits, else its start cut at a word boundary and marked with an ellipsis."""
+    if fits(text, limit):
+        return text
+    room = limit - utf8_size(ELLIPSIS)
+    cut = cut_to_bytes(text, room) if room > 0 else ""
+    return f"{cut}{ELLIPSIS}" if cut else cut_to_bytes(text, limit)
+
+
+class _Piece(msgspec.Struct, frozen=True):
+    """One utterance of a line: who said it (if it says) and what."""
+
+    name: str | None
+    body: str
+
+    def render(self) -> str:
+        return self.body if self.name is None else f"{self.name}: {self.body}"
+
+    def render_within(self, limit: int) -> str:
+        if self.name is None:
+            return _shorten(self.body, limit)
+        prefix = f"{self.name}: "
+        room = limit - utf8_size(prefix)
+        if room < utf8_size(ELLIPSIS) + 1:
+            return _shorten(self.render(), limit)
+        return prefix + _shorten(self.body, room)
+
+
+def _pieces(text: str) -> list[_Piece]:
+    """The utterances of a line, split at line breaks and at ` / `, empty ones dropped."""
+    pieces: list[_Piece] = []
+    for part in _PIECE_BREAK.split(text):
+        part = part.strip()
+        if not part:
+            continue
+        match = _SPEAKER.fullmatch(part)
+        if match is None:
+            pieces.append(_Piece(None, part))
+        else:
+            pieces.append(_Piece(match.group(1).strip(), match.group(2).strip()))
+    return pieces
+
+
+def _join_neighbours(pieces: Sequence[_Piece]) -> list[_Piece]:
+    """Pieces with consecutive utterances of one speaker joined into one."""
+    joined: list[_Piece] = []
+    for piece in pieces:
+        if joined and piece.name is not None and joined[-1].name == piece.name:
+            joined[-1] = _Piece(piece.name, f"{joined[-1].body} {piece.body}")
+        else:
+            joined.append(piece)
+    return joined
+
+
+def _one_per_speaker(pieces: Sequence[_Piece]) -> list[_Piece]:
+    """One piece per speaker in order of first appearance, unnamed text dropped."""
+    bodies: dict[str, list[str]] = {}
+    for piece in pieces:
+        if piece.name is not None:
+            bodies.setdefault(piece.name, []).append(piece.body)
+    return [_Piece(name, " ".join(said)) for name, said in bodies.items()]
+
+
+def _fair_shares(sizes: Sequence[int], budget: int) -> list[int]:
+    """Byte shares of `budget`: small pieces keep their size, the rest split what is left."""
+    shares = [0] * len(sizes)
+    waiting = sorted(range(len(sizes)), key=lambda index: sizes[index])
+    left = budget
+    while waiting:
+        equal_share = left // len(waiting)
+        index = waiting[0]
+        if sizes[index] > equal_share:
+            for index in waiting:
+                shares[index] = equal_share
+            break
+        shares[index] = sizes[index]
+        left -= sizes[index]
+        waiting.pop(0)
+    return shares
+
+
+def _fit_pieces(pieces: Sequence[_Piece], limit: int) -> str | None:
+    """The pieces joined within `limit`, each cut to a fair share; None if one gets too little."""
+    budget = limit - utf8_size(PIECE_SEPARATOR) * (len(pieces) - 1)
+    shares = _fair_shares([utf8_size(piece.render()) for piece in pieces], budget)
+    for piece, share in zip(pieces, shares, strict=True):
+        name_bytes = 0 if piece.name is None else utf8_size(f"{piece.name}: ")
+        if share < utf8_size(piece.render()) and share < name_bytes + _MIN_BODY_BYTES:
+            return None
+    return PIECE_SEPARATOR.join(
+        piece.render_within(share) for piece, share in zip(pieces, shares, strict=True)
+    )
+
+
+def _merge_line(left_text: str, right_text: str, limit: int) -> str:
+    pieces = _pieces(left_text) + _pieces(right_text)
+    for candidate in (_join_neighbours(pieces), _one_per_speaker(pieces)):
+        if candidate:
+            line = _fit_pieces(candidate, limit)
+            if line is not None:
+                return line
+    names = list(dict.fromkeys(piece.name for piece in pieces if piece.name is not None))
+    if names:
+        return _shorten(", ".join(names), limit)
+    return _shorten(" ".join(piece.body for piece in pieces), limit)
+
+
+def _never_empty(text: str, limit: int) -> str:
+    if text.strip():
+        return text.strip()
+    return ELLIPSIS if fits(ELLIPSIS, limit) else "."
+
+
+def offline_line(task: Task, limit: int = LINE_LIMIT_BYTES) -> str:
+    """A deterministic line for `task` made without a model: the start of each part.
+
+    A leaf keeps the start of its message. A merge keeps each utterance
+    (`Name: text`) of both halves, cutting each to a fair share of the limit;
+    when there are too many to keep them all with their names, it keeps one
+    per speaker, and at worst the list of names.
+    """
+    if limit < 1:
+        raise ValueError(f"the line limit must be at least 1 byte, not {limit}")
+    match task:
+        case LeafTask(text=text):
+            line = _shorten(" ".join(text.split()), limit)
+        case MergeTask(left_text=left_text, right_text=right_text):
+            line = _merge_line(left_text, right_text, limit)
+    return _never_empty(line, limit)
+
+
+class OfflineSummarizer:
+    """A `Summarizer` that needs no model: `offline_line` for every task."""
+
+    def __init__(self, limit: int = LINE_LIMIT_BYTES) -> None:
+        self.limit = limit
+
+    async def summarize(self, tasks: Sequence[Task]) -> list[Summary]:
+        """The offline summaries of `tasks`, in order."""
+        return [
+            Summary(address=task.address, text=offline_line(task, self.limit), model=OFFLINE_MODEL)
+            for task in tasks
+        ]

@@ -1,0 +1,81 @@
+# Benchmark of the event store on the shared sample: import, replay, and the decode floor.
+#
+# Reads /work/shared/data/komodo-talk-general.dce.json.gz in place (it is
+# never copied into the project) and imports it into a fresh temporary data
+# directory by the same code path as `eva import`, then replays the stream.
+# The floor is the time to decode the same stored events with msgspec and
+# nothing else, measured in the same run, so replay speed can be judged
+# against what this machine can do at all. The last line printed is one JSON
+# object; the temporary directory is removed at the end.
+from __future__ import annotations
+
+import json
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from eva.cli.cmd_import import directory_bytes, import_file
+from eva.core.events import decode_event
+from eva.core.keys import StreamId
+from eva.store.event_store import EventStore
+from eva.store.lmdb_kv import open_backend
+from eva.store.replay import replay_stream
+
+SAMPLE = Path(__file__).resolve().parents[2] / "shared" / "data" / "komodo-talk-general.dce.json.gz"
+TARGETS = {"import_msgs_per_s": 50_000, "replay_events_per_s": 150_000, "data_dir_mb": 28}
+
+
+def main() -> int:
+    if not SAMPLE.exists():
+        print(f"bench_store: the shared sample is not at {SAMPLE}; nothing to measure")
+        return 0
+    with tempfile.TemporaryDirectory(prefix="eva-bench-") as temp:
+        data = Path(temp) / "data"
+        started = time.perf_counter()
+        report = import_file(data, SAMPLE, quiet=True)
+        import_s = time.perf_counter() - started
+
+        backend = open_backend(data)
+        store = EventStore(backend)
+        stream = StreamId(int(report.guild_id), int(report.channel_id))
+        started = time.perf_counter()
+        result = replay_stream(store, stream)
+        replay_s = time.perf_counter() - started
+
+        stored = [raw for _, raw in store.raw_events(stream)]
+        started = time.perf_counter()
+        for raw in stored:
+            decode_event(raw)
+        floor_s = time.perf_counter() - started
+
+        data_bytes = directory_bytes(data)
+        backend.close()
+
+    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    summary = {
+        "messages": report.messages,
+        "events": result.events,
+        "import_s": round(import_s, 3),
+        "import_msgs_per_s": round(report.added / import_s),
+        "replay_s": round(replay_s, 3),
+        "replay_events_per_s": round(result.events / replay_s),
+        "replay_ok": result.ok,
+        "floor_s": round(floor_s, 3),
+        "floor_events_per_s": round(len(stored) / floor_s),
+        "peak_rss_mb": round(peak_kb / 1024, 1),
+        "data_dir_mb": round(data_bytes / 1e6, 1),
+    }
+    missed = [
+        name
+        for name, target in TARGETS.items()
+        if (summary[name] > target if name == "data_dir_mb" else summary[name] < target)
+    ]
+    print(f"targets: {TARGETS}; missed: {missed or 'none'}", file=sys.stderr)
+    print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,353 @@
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+import msgspec
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from eva.core.block import ShownMessage
+from eva.core.keys import StreamId, stream_prefix
+from eva.core.memtables import MemoryTables
+from eva.core.recall import recall_text, recall_view
+from eva.core.recall_index import BUCKET_SIZE, PostingBuffer, SearchResult, search, terms
+from eva.core.render import utf8_size
+
+STREAM = StreamId(7, 9)
+OTHER = StreamId(7, 10)
+DAY_MS = 86_400_000
+
+
+def index_all(texts: dict[int, str], stream: StreamId = STREAM) -> MemoryTables:
+    tables = MemoryTables()
+    buffer = PostingBuffer()
+    for index, text in texts.items():
+        buffer.add(stream, index, text)
+    buffer.flush(tables)
+    return tables
+
+
+def postings(tables: MemoryTables) -> dict[bytes, bytes]:
+    return tables.data["postings"]
+
+
+def found(tables: MemoryTables, query: str, limit: int = 10) -> list[int]:
+    return [index for index, _ in search(tables, STREAM, query, limit).hits]
+
+
+# -- terms -------------------------------------------------------------------
+
+
+def test_terms_fold_case_and_accents() -> None:
+    assert terms("Café CAFE cafe naïve Ångström") == [
+        "cafe", "cafe", "cafe", "naive", "angstrom"
+    ]  # fmt: skip
+    assert terms("STRASSE Straße") == ["strasse", "strasse"]
+
+
+def test_terms_split_on_anything_but_letters_and_digits() -> None:
+    assert terms("https://example.com/a_b-c?x=1") == [
+        "https",
+        "example",
+        "com",
+        "a",
+        "b",
+        "c",
+        "x",
+        "1",
+    ]
+    assert terms("hello, world!! 🎉 42") == ["hello", "world", "42"]
+    assert terms("") == []
+
+
+def test_terms_drop_overlong_words() -> None:
+    assert terms("short " + "x" * 41 + " tail") == ["short", "tail"]
+    assert terms("é" + "x" * 45 + " ok") == ["ok"]
+    assert terms("y" * 40) == ["y" * 40]
+    assert terms("ß" * 21) == []  # folds to 42 characters
+
+
+def test_terms_cut_cjk_into_characters() -> None:
+    assert terms("東京タワー") == ["東", "京", "タ", "ワ", "ー"]
+    assert terms("我爱 Python") == ["我", "爱", "python"]
+    assert terms("한국어 단어") == ["한국어", "단어"]
+
+
+# -- search ------------------------------------------------------------------
+
+
+def test_finds_a_message_by_its_rare_words() -> None:
+    texts = {i: f"ordinary chatter number {i}" for i in range(50)}
+    texts[17] = "the komodo atomic swap finally worked"
+    tables = index_all(texts)
+    result = search(tables, STREAM, "atomic swap", 5)
+    assert result.hits[0][0] == 17
+    assert result.total == 1
+    assert found(tables, "nothing like this") == []
+    assert search(tables, OTHER, "atomic", 5) == SearchResult([], 0)
+
+
+def test_query_matches_across_case_and_accents() -> None:
+    tables = index_all({0: "Meet at the Café", 1: "the CAFE is closed", 2: "tea house"})
+    assert sorted(found(tables, "cafe")) == [0, 1]
+    assert sorted(found(tables, "CAFÉ")) == [0, 1]
+
+
+def test_all_query_words_rank_above_one() -> None:
+    texts = {
+        0: "the deploy failed again today",
+        1: "deploy script is in the repo",
+        2: "what failed this morning",
+        3: "the failed deploy broke the build",
+        4: "unrelated words about lunch",
+        5: "deploy deploy deploy deploy",
+    }
+    tables = index_all(texts)
+    ranked = found(tables, "failed deploy")
+    assert set(ranked[:2]) == {0, 3}
+    assert set(ranked) == {0, 1, 2, 3, 5}
+    assert search(tables, STREAM, "failed deploy", 10).total == 5
+
+
+def test_ties_put_the_newer_message_first() -> None:
+    tables = index_all({0: "same words", 1: "same words", 2: "same words"})
+    assert found(tables, "same") == [2, 1, 0]
+
+
+def test_limit_bounds_hits_but_not_total() -> None:
+    tables = index_all({i: f"common word {i}" for i in range(30)})
+    result = search(tables, STREAM, "common", 4)
+    assert len(result.hits) == 4
+    assert result.total == 30
+
+
+def test_very_common_terms_still_count_in_total() -> None:
+    texts = {i: "the chat goes on" for i in range(2500)}
+    texts[100] = "the zebra"
+    texts[2600] = "zebra alone"
+    tables = index_all(texts)
+    result = search(tables, STREAM, "the zebra", 1)
+    assert result.hits[0][0] == 100
+    assert result.total == 2501  # 2500 with "the", plus "zebra alone"
+
+
+def test_postings_across_buckets() -> None:
+    indexes = [0, BUCKET_SIZE - 1, BUCKET_SIZE, 3 * BUCKET_SIZE + 5]
+    tables = index_all({index: "bucketed word" for index in indexes})
+    assert sorted(found(tables, "bucketed")) == indexes
+
+
+def test_term_frequency_is_capped_not_broken() -> None:
+    tables = index_all({0: "spam " * 300, 1: "spam eggs"})
+    assert found(tables, "spam") == [0, 1]
+
+
+# -- removal and canonical bytes -------------------------------------------
+
+
+def test_removing_a_message_leaves_no_trace_of_its_words() -> None:
+    texts = {0: "hello world", 1: "my secret is zanzibarquux forever", 2: "world peace"}
+    tables = index_all(texts)
+    assert any(b"zanzibarquux" in key for key in postings(tables))
+    buffer = PostingBuffer()
+    buffer.remove(STREAM, 1, texts[1])
+    buffer.flush(tables)
+    for key, value in postings(tables).items():
+        assert b"zanzibarquux" not in key
+        assert b"zanzibarquux" not in value
+        assert b"secret" not in key
+    assert found(tables, "zanzibarquux") == []
+    assert postings(tables) == postings(index_all({0: texts[0], 2: texts[2]}))
+
+
+def test_removing_every_message_empties_the_table() -> None:
+    texts = {0: "one two", 5000: "two three"}
+    tables = index_all(texts)
+    buffer = PostingBuffer()
+    for index, text in texts.items():
+        buffer.remove(STREAM, index, text)
+    buffer.flush(tables)
+    assert postings(tables) == {}
+
+
+def test_an_edit_in_one_buffer_equals_indexing_the_new_text() -> None:
+    tables = index_all({0: "first draft text", 1: "other"})
+    buffer = PostingBuffer()
+    buffer.remove(STREAM, 0, "first draft text")
+    buffer.add(STREAM, 0, "final text text")
+    buffer.flush(tables)
+    assert postings(tables) == postings(index_all({0: "final text text", 1: "other"}))
+
+
+def test_add_then_remove_in_one_buffer_keeps_nothing() -> None:
+    tables = index_all({0: "kept"})
+    buffer = PostingBuffer()
+    buffer.add(STREAM, 1, "fleeting words")
+    buffer.remove(STREAM, 1, "fleeting words")
+    buffer.add(STREAM, 2, "later words")
+    buffer.flush(tables)
+    assert postings(tables) == postings(index_all({0: "kept", 2: "later words"}))
+
+
+def test_batches_and_order_do_not_change_the_bytes() -> None:
+    rng = random.Random(5)
+    vocabulary = ["alpha", "beta", "gamma", "delta", "Émile", "東京", "x1", "zz"]
+    texts = {
+        rng.randrange(3 * BUCKET_SIZE): " ".join(rng.choices(vocabulary, k=rng.randint(1, 6)))
+        for _ in range(300)
+    }
+    at_once = index_all(texts)
+    items = list(texts.items())
+    rng.shuffle(items)
+    tables = MemoryTables()
+    for start in range(0, len(items), 37):
+        buffer = PostingBuffer()
+        for index, text in items[start : start + 37]:
+            buffer.add(STREAM, index, text)
+        buffer.flush(tables)
+    assert postings(tables) == postings(at_once)
+
+
+def test_streams_do_not_mix() -> None:
+    tables = MemoryTables()
+    buffer = PostingBuffer()
+    buffer.add(STREAM, 0, "shared word")
+    buffer.add(OTHER, 0, "shared other")
+    buffer.flush(tables)
+    assert search(tables, OTHER, "word", 5).total == 0
+    assert all(
+        key.startswith((stream_prefix(STREAM), stream_prefix(OTHER))) for key in postings(tables)
+    )
+
+
+_WORDS = st.sampled_from(["red", "green", "blue", "Café", "cafe", "ß", "東", "n1", "z"])
+_TEXTS = st.lists(_WORDS, max_size=6).map(" ".join)
+_INDEXES = st.sampled_from([0, 1, 2, 3, BUCKET_SIZE - 1, BUCKET_SIZE, BUCKET_SIZE + 1, 9000])
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    operations=st.lists(st.tuples(st.booleans(), _INDEXES, _TEXTS), max_size=30),
+    cuts=st.lists(st.integers(0, 30), max_size=6),
+)
+def test_incremental_index_equals_index_built_at_once(
+    operations: list[tuple[bool, int, str]], cuts: list[int]
+) -> None:
+    tables = MemoryTables()
+    live: dict[int, str] = {}
+    buffer = PostingBuffer()
+    for step, (adding, index, text) in enumerate(operations):
+        if step in cuts:
+            buffer.flush(tables)
+            buffer = PostingBuffer()
+        if index in live:
+            # An edit (remove + add) or a deletion of what was indexed.
+            buffer.remove(STREAM, index, live.pop(index))
+            if adding:
+                buffer.add(STREAM, index, text)
+                live[index] = text
+        elif adding:
+            buffer.add(STREAM, index, text)
+            live[index] = text
+    buffer.flush(tables)
+    assert postings(tables) == postings(index_all(live))
+
+
+# -- the tool's text ----------------------------------------------------------
+
+
+def chat(
+    texts: list[str], deleted: frozenset[int] = frozenset()
+) -> Callable[[int], ShownMessage | None]:
+    def message_at(index: int) -> ShownMessage | None:
+        if not 0 <= index < len(texts):
+            return None
+        return ShownMessage(
+            index=index,
+            at_ms=DAY_MS * 19000 + index * 60_000,
+            author_name=f"user{index % 3}",
+            content=texts[index],
+            deleted=index in deleted,
+        )
+
+    return message_at
+
+
+def test_recall_text_shows_hits_with_context() -> None:
+    texts = [f"filler {i}" for i in range(20)]
+    texts[10] = "the key\nis under the mat"
+    result = SearchResult([(10, 3.0)], 1)
+    text = recall_text("key", result, chat(texts))
+    lines = text.splitlines()
+    assert lines[0].startswith('1 messages match "key"')
+    window = lines[2:]
+    assert [line[:6] for line in window] == ["  [8] ", "  [9] ", "> [10]", "  [11]", "  [12]"]
+    assert window[2] == "> [10] 2022-01-08 00:10 user1: the key is under the mat"
+
+
+def test_overlapping_windows_merge_in_rank_order() -> None:
+    texts = [f"line {i}" for i in range(40)]
+    result = SearchResult([(30, 5.0), (5, 4.0), (7, 3.0), (33, 2.0)], 4)
+    view = recall_view("line", result, chat(texts))
+    assert [[m.index for m in window] for window in view.windows] == [
+        [28, 29, 30, 31, 32, 33, 34, 35],
+        [3, 4, 5, 6, 7, 8, 9],
+    ]
+    hits = [m.index for window in view.windows for m in window if m.hit]
+    assert hits == [30, 33, 5, 7]
+    assert view.more == 0
+
+
+def test_deleted_messages_are_never_shown() -> None:
+    texts = [f"line {i}" for i in range(10)]
+    gone = frozenset({3, 5, 6})
+    result = SearchResult([(4, 2.0), (5, 1.0)], 2)
+    text = recall_text("line", result, chat(texts, gone))
+    for index in gone:
+        assert f"[{index}]" not in text
+    view = recall_view("line", result, chat(texts, gone))
+    assert [m.index for m in view.windows[0]] == [1, 2, 4, 7, 8]
+
+
+def test_output_stays_within_its_cap_and_counts_the_rest() -> None:
+    texts = [f"needle {'hay ' * 200}{i}" for i in range(200)]
+    result = SearchResult([(i, 1.0) for i in range(0, 200, 10)], 57)
+    text = recall_text("needle", result, chat(texts), cap_bytes=4000)
+    assert utf8_size(text) <= 4000
+    shown = text.count("\n> ")
+    assert 0 < shown < 20
+    assert text.splitlines()[-1] == f"... {57 - shown} more hits; refine the words"
+    assert "…" in text  # long messages are shortened
+
+
+def test_no_hits_is_one_clear_line() -> None:
+    text = recall_text("zebra", SearchResult([], 0), chat([]))
+    assert text == 'No messages match "zebra".'
+
+
+def test_json_view_names_each_message_by_index() -> None:
+    texts = ["a", "b hit", "c"]
+    view = recall_view("hit", SearchResult([(1, 1.0)], 1), chat(texts))
+    decoded = msgspec.json.decode(msgspec.json.encode(view))
+    messages = decoded["windows"][0]
+    assert [m["index"] for m in messages] == [0, 1, 2]
+    assert [m["hit"] for m in messages] == [False, True, False]
+
+
+@pytest.mark.parametrize("context", [0, 1, 3])
+def test_context_size(context: int) -> None:
+    texts = [f"m {i}" for i in range(20)]
+    view = recall_view("m", SearchResult([(10, 1.0)], 1), chat(texts), context=context)
+    assert [m.index for m in view.windows[0]] == list(range(10 - context, 11 + context))
+
+
+def test_search_feeds_recall_end_to_end() -> None:
+    texts = ["hello there", "we talked about the zanzibar trip", "nice", "ok", "bye"]
+    tables = index_all(dict(enumerate(texts)))
+    result = search(tables, STREAM, "Zanzibar", 5)
+    text = recall_text("Zanzibar", result, chat(texts))
+    assert "> [1]" in text
+    assert "  [0]" in text
+    assert "  [3]" in text

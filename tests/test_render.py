@@ -1,0 +1,162 @@
+"""Rendering: row entries, dates in a time zone, messages, and cutting to bytes."""
+
+from __future__ import annotations
+
+import unicodedata
+from datetime import UTC, datetime, tzinfo
+from zoneinfo import ZoneInfo
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from eva.core.address import Address
+from eva.core.render import (
+    cut_to_bytes,
+    date_span,
+    fits,
+    join_glue,
+    render_line,
+    render_message,
+    render_row,
+)
+
+NEW_YORK = ZoneInfo("America/New_York")
+
+
+def ms(year: int, month: int, day: int, hour: int, minute: int, tz: tzinfo = UTC) -> int:
+    """UTC milliseconds of a wall-clock time in `tz`."""
+    return int(datetime(year, month, day, hour, minute, tzinfo=tz).timestamp()) * 1000
+
+
+def test_line_on_one_day_shows_one_date() -> None:
+    first = ms(2019, 3, 4, 10, 0)
+    last = ms(2019, 3, 4, 18, 30)
+    assert render_line(Address(8, 2), "Ann: hi", first, last) == "8+2 2019-03-04|Ann: hi"
+
+
+def test_same_utc_day_is_two_days_in_new_york() -> None:
+    # 03:00 UTC on the 5th is still the 4th in New York; 15:00 UTC is the 5th.
+    first = ms(2019, 3, 5, 3, 0)
+    last = ms(2019, 3, 5, 15, 0)
+    assert date_span(first, last) == "2019-03-05"
+    assert date_span(first, last, NEW_YORK) == "2019-03-04..2019-03-05"
+    assert render_line(Address(0, 4), "x", first, last, NEW_YORK) == "0+4 2019-03-04..2019-03-05|x"
+
+
+def test_two_utc_days_are_one_day_in_new_york() -> None:
+    first = ms(2019, 7, 1, 20, 0, tz=NEW_YORK)
+    last = ms(2019, 7, 1, 23, 59, tz=NEW_YORK)
+    assert date_span(first, last, NEW_YORK) == "2019-07-01"
+    assert date_span(first, last, UTC) == "2019-07-02"
+
+
+def test_dates_before_the_epoch_and_across_years() -> None:
+    assert date_span(-1, 0) == "1969-12-31..1970-01-01"
+    assert date_span(ms(2018, 12, 31, 23, 0), ms(2019, 1, 1, 1, 0)) == "2018-12-31..2019-01-01"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("a\nb", "a b"),
+        ("a\r\nb", "a b"),
+        ("a\rb", "a b"),
+        ("a\u2028b\u2029c", "a b c"),
+        ("a\x85b\x0bc\x0cd", "a b c d"),
+        ("a\n\nb", "a  b"),
+        ("tab\tstays", "tab\tstays"),
+    ],
+)
+def test_line_breaks_become_spaces(text: str, expected: str) -> None:
+    line = render_line(Address(3, 1), text, 0, 0)
+    assert line == f"3+1 1970-01-01|{expected}"
+    assert len(line.splitlines()) == 1
+
+
+@given(st.text())
+def test_a_rendered_entry_is_always_one_line(text: str) -> None:
+    assert len(render_line(Address(0, 1), text, 0, 0).splitlines()) == 1
+
+
+def test_render_row_joins_entries_by_newline() -> None:
+    assert render_row(["0+4 2019-01-01|a", "4+1 2019-01-02|b"]) == (
+        "0+4 2019-01-01|a\n4+1 2019-01-02|b"
+    )
+    assert render_row([]) == ""
+
+
+def test_render_message_names_speaker_and_attachments() -> None:
+    assert render_message("Ann", "hello") == "Ann: hello"
+    assert render_message("Ann", "look", ("cat.png", "notes.txt")) == (
+        "Ann: look [attachment: cat.png] [attachment: notes.txt]"
+    )
+    assert render_message("Ann", "", ("cat.png",)) == "Ann: [attachment: cat.png]"
+
+
+def test_join_glue_uses_a_newline_and_skips_empty_halves() -> None:
+    assert join_glue("Ann: hi", "Bob: yo") == "Ann: hi\nBob: yo"
+    assert join_glue("", "Bob: yo") == "Bob: yo"
+    assert join_glue("Ann: hi", "") == "Ann: hi"
+
+
+def test_fits_counts_utf8_bytes() -> None:
+    assert fits("é" * 256, 512)
+    assert not fits("é" * 257, 512)
+    assert fits("a" * 512)
+    assert not fits("a" * 513)
+
+
+def test_cut_keeps_whole_words() -> None:
+    assert cut_to_bytes("hello brave new world", 14) == "hello brave"
+    assert cut_to_bytes("hello brave new world", 15) == "hello brave new"
+    assert cut_to_bytes("hello brave new world", 100) == "hello brave new world"
+
+
+def test_cut_without_spaces_cuts_between_characters() -> None:
+    assert cut_to_bytes("ééééé", 5) == "éé"
+    assert cut_to_bytes("日本語の文章", 7) == "日本"
+    assert cut_to_bytes("abcdef", 0) == ""
+
+
+def test_cut_never_splits_an_emoji() -> None:
+    # Each 😀 is 4 bytes.
+    assert cut_to_bytes("😀😀😀", 7) == "😀"
+    # A family joined by zero width joiners stays whole or goes whole.
+    family = "👩\u200d👩\u200d👧"
+    assert cut_to_bytes(family + family, len(family.encode()) + 5) == family
+    # A skin tone modifier stays with its hand.
+    waves = "👋🏽👋🏽"
+    assert cut_to_bytes(waves, 6) == ""
+    assert cut_to_bytes(waves, 9) == "👋🏽"
+
+
+def test_cut_keeps_combining_marks_with_their_letter() -> None:
+    decomposed = unicodedata.normalize("NFD", "éé")  # e + U+0301, twice; 3 bytes each
+    assert cut_to_bytes(decomposed, 4) == decomposed[:2]
+    assert cut_to_bytes(decomposed, 2) == ""
+    assert cut_to_bytes("e\u0301\u0323x", 4) == ""
+    assert cut_to_bytes("e\u0301\u0323x", 5) == "e\u0301\u0323"
+
+
+@given(st.text(), st.integers(0, 600))
+def test_cut_is_a_prefix_within_the_limit(text: str, limit: int) -> None:
+    cut = cut_to_bytes(text, limit)
+    assert text.startswith(cut)
+    assert len(cut.encode("utf-8")) <= limit
+    if fits(text, limit):
+        assert cut == text
+
+
+@given(
+    st.lists(st.text(alphabet="abcé😀", min_size=1, max_size=12), min_size=2), st.integers(8, 80)
+)
+def test_cut_ends_at_a_word_when_a_space_is_inside_the_limit(words: list[str], limit: int) -> None:
+    text = " ".join(words)
+    cut = cut_to_bytes(text, limit)
+    if fits(text, limit):
+        assert cut == text
+    elif fits(words[0], limit):
+        # The cut is whole words: what follows it in the text is a space.
+        assert cut
+        assert text[len(cut)] == " "

@@ -1,0 +1,178 @@
+"""The offline summarizer, line validation, and the tree's choice of glue or task."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from eva.core.address import Address
+from eva.core.render import fits, render_message
+from eva.core.summarize import (
+    OFFLINE_MODEL,
+    LeafTask,
+    MergeTask,
+    OfflineSummarizer,
+    Summarizer,
+    Summary,
+    Task,
+    offline_line,
+    validate_line,
+)
+from eva.core.tree import glue_or_task, leaf_work, newly_ready
+
+names = st.text(alphabet=st.characters(categories=["L", "N"]), min_size=1, max_size=20)
+words = st.text(alphabet=st.characters(codec="utf-8", exclude_characters=":"), max_size=400)
+utterances = st.builds(lambda name, said: f"{name}: {said}", names, words)
+halves_text = st.lists(utterances, min_size=1, max_size=4).map("\n".join)
+limits = st.integers(1, 600)
+
+
+def long_message(name: str, words_count: int = 200) -> str:
+    return render_message(name, " ".join(f"word{index}" for index in range(words_count)))
+
+
+def assert_lands(line: str, limit: int) -> None:
+    assert line.strip()
+    assert fits(line, limit)
+    assert validate_line(line, limit) == line
+
+
+@given(names, words, limits)
+def test_offline_leaf_fits_and_is_never_empty(name: str, said: str, limit: int) -> None:
+    text = render_message(name, said)
+    line = offline_line(LeafTask(address=Address(5, 1), name=name, text=text), limit)
+    assert_lands(line, limit)
+
+
+@given(halves_text, halves_text, limits)
+def test_offline_merge_fits_and_is_never_empty(left: str, right: str, limit: int) -> None:
+    line = offline_line(MergeTask(address=Address(0, 2), left_text=left, right_text=right), limit)
+    assert_lands(line, limit)
+
+
+@given(st.text(), st.text(), limits)
+def test_offline_merge_of_any_text_lands(left: str, right: str, limit: int) -> None:
+    line = offline_line(MergeTask(address=Address(0, 2), left_text=left, right_text=right), limit)
+    assert_lands(line, limit)
+
+
+@given(halves_text, halves_text)
+def test_offline_is_deterministic(left: str, right: str) -> None:
+    task = MergeTask(address=Address(4, 4), left_text=left, right_text=right)
+    assert offline_line(task) == offline_line(task)
+
+
+@given(st.lists(st.tuples(names, words), min_size=2, max_size=8))
+def test_offline_merge_keeps_every_speaker(said: list[tuple[str, str]]) -> None:
+    utterances_text = [f"{name}: {text}" for name, text in said]
+    middle = len(utterances_text) // 2
+    task = MergeTask(
+        address=Address(0, 8),
+        left_text="\n".join(utterances_text[:middle]),
+        right_text="\n".join(utterances_text[middle:]),
+    )
+    line = offline_line(task)
+    for name, _ in said:
+        assert f"{name}:" in line
+
+
+def test_offline_leaf_keeps_the_name_and_the_start() -> None:
+    text = long_message("Ann")
+    line = offline_line(LeafTask(address=Address(7, 1), name="Ann", text=text))
+    assert line.startswith("Ann: word0 word1 word2")
+    assert line.endswith("…")
+    assert fits(line, 512)
+    assert len(line.encode()) > 400
+
+
+def test_offline_merge_keeps_both_halves_in_order() -> None:
+    task = MergeTask(
+        address=Address(0, 2),
+        left_text=long_message("Ann"),
+        right_text=long_message("Bob"),
+    )
+    line = offline_line(task)
+    assert line.startswith("Ann: word0 word1")
+    assert " / Bob: word0 word1" in line
+    assert fits(line, 512)
+
+
+def test_offline_merge_gives_a_short_half_all_it_needs() -> None:
+    task = MergeTask(
+        address=Address(0, 2), left_text="Ann: ok, see you", right_text=long_message("Bob")
+    )
+    line = offline_line(task)
+    assert line.startswith("Ann: ok, see you / Bob: word0")
+    assert len(line.encode()) > 480
+
+
+def test_offline_merge_with_many_speakers_keeps_one_piece_each() -> None:
+    left = "\n".join(f"P{index}: " + "blah " * 30 for index in range(0, 30, 2))
+    right = "\n".join(f"P{index}: " + "blah " * 30 for index in range(1, 30, 2))
+    line = offline_line(MergeTask(address=Address(0, 64), left_text=left, right_text=right))
+    assert fits(line, 512)
+    for index in range(9):
+        assert f"P{index}" in line
+
+
+@pytest.mark.parametrize(
+    ("reply", "accepted"),
+    [
+        ("", None),
+        ("   \n\t", None),
+        ("x" * 513, None),
+        ("x" * 512, "x" * 512),
+        ("  Ann: hi \n", "Ann: hi"),
+        ("é" * 257, None),
+    ],
+)
+def test_validate_line(reply: str, accepted: str | None) -> None:
+    assert validate_line(reply, 512) == accepted
+
+
+async def test_offline_summarizer_satisfies_the_protocol() -> None:
+    summarizer: Summarizer = OfflineSummarizer(limit=100)
+    tasks: list[Task] = [
+        LeafTask(address=Address(3, 1), name="Ann", text=long_message("Ann")),
+        MergeTask(address=Address(0, 2), left_text="Ann: a", right_text="Bob: b"),
+    ]
+    summaries = await summarizer.summarize(tasks)
+    assert summaries == [
+        Summary(address=Address(3, 1), text=offline_line(tasks[0], 100), model=OFFLINE_MODEL),
+        Summary(address=Address(0, 2), text="Ann: a / Bob: b", model=OFFLINE_MODEL),
+    ]
+
+
+def test_leaf_work_is_verbatim_when_it_fits() -> None:
+    assert leaf_work(4, "Ann", "Ann: hi") == "Ann: hi"
+    assert leaf_work(4, "Ann", "Ann: " + "x" * 507) == "Ann: " + "x" * 507
+    long = "Ann: " + "x" * 508
+    assert leaf_work(4, "Ann", long) == LeafTask(address=Address(4, 1), name="Ann", text=long)
+
+
+def test_glue_or_task() -> None:
+    assert glue_or_task(Address(0, 2), "Ann: hi", "Bob: yo") == "Ann: hi\nBob: yo"
+    left, right = "a" * 255, "b" * 256
+    assert glue_or_task(Address(0, 2), left, right) == f"{left}\n{right}"
+    assert glue_or_task(Address(0, 2), left, right + "b") == MergeTask(
+        address=Address(0, 2), left_text=left, right_text=right + "b"
+    )
+    assert glue_or_task(Address(4, 4), "", "x" * 512) == "x" * 512
+    with pytest.raises(ValueError, match="no halves"):
+        glue_or_task(Address(3, 1), "a", "b")
+
+
+def test_newly_ready_needs_the_sibling_and_all_leaves() -> None:
+    lines = {Address(0, 1), Address(1, 1), Address(2, 1), Address(0, 2)}
+
+    def has_line(address: Address) -> bool:
+        return address in lines
+
+    assert newly_ready(Address(1, 1), has_line, leaves=3) == Address(0, 2)
+    assert newly_ready(Address(0, 1), has_line, leaves=3) == Address(0, 2)
+    assert newly_ready(Address(2, 1), has_line, leaves=3) is None  # 3+1 missing
+    assert newly_ready(Address(0, 2), has_line, leaves=3) is None  # 2+2 missing
+    lines.add(Address(3, 1))
+    assert newly_ready(Address(3, 1), has_line, leaves=4) == Address(2, 2)
+    assert newly_ready(Address(3, 1), has_line, leaves=3) is None
