@@ -99,6 +99,20 @@ def import_file(data: Path, export_path: Path, *, quiet: bool = True) -> ImportR
     started = time.perf_counter()
     with _no_cyclic_gc():
         raw = read_export(export_path)
+    return import_bytes(data, raw, export_path, quiet=quiet, started=started)
+
+
+def import_bytes(
+    data: Path,
+    raw: bytes,
+    export_path: Path,
+    *,
+    quiet: bool = True,
+    started: float | None = None,
+) -> ImportReport:
+    """Import an export's bytes (named `export_path` in messages) into `data`."""
+    started = time.perf_counter() if started is None else started
+    with _no_cyclic_gc():
         try:
             export = parse_export(raw)
         except ExportError as error:

@@ -1,4 +1,4 @@
-# `eva memory` and `eva zoom`: what Eva reads, and opening a line down to the message.
+# `eva memory`, `eva zoom` and `eva recall`: what Eva reads, and her two tools.
 from __future__ import annotations
 
 import argparse
@@ -16,11 +16,14 @@ from eva.cli.common import (
     print_json,
 )
 from eva.core.block import ShownMessage
+from eva.core.recall import render_view
 from eva.memory.view import (
+    RECALL_CAP_BYTES,
     RowText,
     ZoomError,
     channel_zone,
     memory_text,
+    recall,
     row_lines,
     tail_messages,
     zoom,
@@ -54,6 +57,24 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add_settings_option(zoom_parser)
     add_json_option(zoom_parser)
     zoom_parser.set_defaults(run=run_zoom)
+
+    recall_parser = subparsers.add_parser(
+        "recall",
+        help="search a channel's original messages by their words",
+        description=(
+            "Rank the channel's messages by the words given (BM25, case and accents folded) "
+            "and show each hit with the two messages before and after it."
+        ),
+    )
+    recall_parser.add_argument("channel", help="GUILD/CHANNEL, a channel id, or a channel name")
+    recall_parser.add_argument("words", nargs="+", help="the words to look for")
+    recall_parser.add_argument(
+        "--cap", type=int, default=RECALL_CAP_BYTES, help="most bytes of output (default 8000)"
+    )
+    add_data_option(recall_parser)
+    add_settings_option(recall_parser)
+    add_json_option(recall_parser)
+    recall_parser.set_defaults(run=run_recall)
 
 
 def message_json(message: ShownMessage) -> dict[str, object]:
@@ -109,4 +130,21 @@ def run_zoom(args: argparse.Namespace) -> int:
         )
     else:
         print(zoomed.text)
+    return 0
+
+
+def run_recall(args: argparse.Namespace) -> int:
+    settings = load_settings(args.settings)
+    store = open_store(args.data)
+    stream = find_stream(store, args.channel)
+    if args.cap < 200:
+        raise UserError(f"--cap must be at least 200 bytes, not {args.cap}")
+    view = recall(store, stream, " ".join(args.words), settings, args.cap)
+    if args.json:
+        value = msgspec.to_builtins(view)
+        assert isinstance(value, dict)
+        value["channel"] = str(stream)
+        print_json(value)
+    else:
+        print(render_view(view, args.cap))
     return 0

@@ -17,6 +17,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "eva.cli.cmd_tree",
     "eva.cli.cmd_build",
     "eva.cli.cmd_memory",
+    "eva.cli.cmd_demo",
 )
 
 

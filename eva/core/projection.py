@@ -84,7 +84,8 @@ class Projector:
         return meta
 
     def flush(self) -> None:
-        """Write the cached stream records back (a stream with no event has no record)."""
+        """Write the recall index and the cached stream records (none for an empty stream)."""
+        self._postings.flush(self._tables)
         for stream, meta in self._metas.items():
             if meta.position > 0:
                 self._tables.put("streams", keys.stream_prefix(stream), encode_record(meta))

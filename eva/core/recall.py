@@ -192,6 +192,11 @@ def recall_text(
     best hit; the last line says how many more hits there were.
     """
     view = recall_view(query, result, message_at, context=context, cap_bytes=cap_bytes, tz=tz)
-    if not view.windows and result.total:
-        return f'{result.total} messages match "{query}", but none fit in {cap_bytes} bytes.'
-    return _render(query, list(view.windows), view.total, view.more)
+    return render_view(view, cap_bytes)
+
+
+def render_view(view: RecallView, cap_bytes: int) -> str:
+    """The text form of a recall answer already worked out."""
+    if not view.windows and view.total:
+        return f'{view.total} messages match "{view.query}", but none fit in {cap_bytes} bytes.'
+    return _render(view.query, list(view.windows), view.total, view.more)

@@ -8,9 +8,13 @@ from dataclasses import dataclass, field
 from datetime import tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+import msgspec
+
 from eva.core.address import Address, format_address, halves, parse_address
 from eva.core.block import ShownMessage, memory_block, message_line, render_tail
 from eva.core.keys import StreamId
+from eva.core.recall import RecallView, recall_view
+from eva.core.recall_index import search
 from eva.core.render import cut_to_bytes, render_line
 from eva.core.settings import MemorySettings
 from eva.core.state import StreamMeta
@@ -101,9 +105,26 @@ class ZoomError(ValueError):
     """A zoom that cannot be answered; the message says what a valid one looks like."""
 
 
+class ZoomLine(msgspec.Struct, frozen=True):
+    """One half shown by a zoom: its address and its rendered row entry."""
+
+    address: str
+    text: str
+
+
+class Zoomed(msgspec.Struct, frozen=True, kw_only=True):
+    """What a zoom shows: two lines, or one message (a page of it when long)."""
+
+    text: str
+    lines: list[ZoomLine] = []
+    message: ShownMessage | None = None
+    page: int = 1
+    pages: int = 1
+
+
 def zoom(
     store: EventStore, stream: StreamId, address_text: str, settings: MemorySettings, page: int = 1
-) -> str:
+) -> Zoomed:
     """The two lines under a line, rendered like the row; for size 1 the whole message."""
     try:
         address = parse_address(address_text)
@@ -129,21 +150,49 @@ def zoom(
         for half in halves(address):
             line = read_line(tables, stream, *half)
             assert line is not None
-            lines.append(render_line(half, line.text, line.first_ms, line.last_ms, tz))
-    return "\n".join(lines)
+            rendered = render_line(half, line.text, line.first_ms, line.last_ms, tz)
+            lines.append(ZoomLine(format_address(half), rendered))
+    return Zoomed(text="\n".join(line.text for line in lines), lines=lines)
 
 
-def _zoom_message(store: EventStore, stream: StreamId, index: int, tz: tzinfo, page: int) -> str:
+def _zoom_message(
+    store: EventStore, stream: StreamId, index: int, tz: tzinfo, page: int
+) -> Zoomed:
     message = store.message(stream, index)
     if message is None or message.deleted:
-        return f"[{index}] (this message was deleted or erased)"
-    text = message_line(shown(index, message), tz)
-    pages = _pages(text, ZOOM_PAGE_BYTES)
+        return Zoomed(text=f"[{index}] (this message was deleted or erased)")
+    shown_message = shown(index, message)
+    pages = _pages(message_line(shown_message, tz), ZOOM_PAGE_BYTES)
     if not 1 <= page <= len(pages):
         raise ZoomError(f"message {index} has pages 1..{len(pages)}, not {page}")
-    if len(pages) == 1:
-        return text
-    return f"{pages[page - 1]}\n(page {page} of {len(pages)} of message {index})"
+    text = pages[page - 1]
+    if len(pages) > 1:
+        text += f"\n(page {page} of {len(pages)} of message {index})"
+    return Zoomed(text=text, message=shown_message, page=page, pages=len(pages))
+
+
+RECALL_HITS = 50
+RECALL_CAP_BYTES = 8000
+
+
+def recall(
+    store: EventStore,
+    stream: StreamId,
+    query: str,
+    settings: MemorySettings,
+    cap_bytes: int = RECALL_CAP_BYTES,
+) -> RecallView:
+    """Search the channel's original messages; each hit with the messages around it."""
+    meta = store.meta(stream)
+    tz = channel_zone(meta, settings)
+    with store.backend.reading() as tables:
+        result = search(tables, stream, query, RECALL_HITS)
+
+        def message_at(index: int) -> ShownMessage | None:
+            message = read_message(tables, stream, index)
+            return None if message is None else shown(index, message)
+
+        return recall_view(query, result, message_at, cap_bytes=cap_bytes, tz=tz)
 
 
 def _pages(text: str, page_bytes: int) -> list[str]:
