@@ -61,7 +61,13 @@ def write_batch(tables: Tables, projector: Projector, batch: Batch) -> Appended:
     first = projector.meta(batch.stream).position
     for offset, event in enumerate(batch.events):
         seq = first + offset
-        tables.put("events", keys.event_key(batch.stream, seq), encode_event(event))
+        try:
+            data = encode_event(event)
+        except (OverflowError, TypeError, ValueError) as error:
+            raise Rejected(
+                f"{batch.stream}: event {offset} of the batch cannot be stored: {error}"
+            ) from error
+        tables.put("events", keys.event_key(batch.stream, seq), data)
         projector.apply(batch.stream, seq, event)
     return Appended(batch.stream, first, len(batch.events))
 

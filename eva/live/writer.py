@@ -1,0 +1,121 @@
+# The one writer of a process: appends from every actor, committed in groups.
+#
+# Shell: a trio task that takes append requests from a bounded channel, runs
+# one write transaction for all the requests that arrived together in a worker
+# thread (so the trio loop never waits on a commit), and answers each sender
+# once its events are durable. No task awaits while it holds a transaction:
+# the transaction lives and dies inside the thread.
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+import trio
+
+from eva.core.events import AnyEvent
+from eva.core.keys import StreamId
+from eva.core.projection import Rejected
+from eva.store.event_store import Appended, Batch, EventStore
+
+MAX_GROUP = 512
+
+
+@dataclass(slots=True)
+class _Request:
+    batch: Batch
+    done: trio.Event = field(default_factory=trio.Event)
+    result: Appended | Rejected | None = None
+    error: BaseException | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WriterStatistics:
+    """Counts since the writer opened."""
+
+    commits: int
+    appends: int
+    events: int
+    largest_group: int
+
+
+class Writer:
+    """Appends events for any channel; `append` returns once they are durable."""
+
+    def __init__(self, store: EventStore, capacity: int) -> None:
+        self.store = store
+        self._send, self._receive = trio.open_memory_channel[_Request](capacity)
+        self._commits = 0
+        self._appends = 0
+        self._events = 0
+        self._largest = 0
+        self._paused = trio.Lock()
+
+    async def append(self, stream: StreamId, events: Sequence[AnyEvent]) -> Appended:
+        """Append `events` to `stream` atomically; raises Rejected if they do not fit."""
+        request = _Request(Batch(stream, list(events)))
+        await self._send.send(request)
+        await request.done.wait()
+        if request.error is not None:
+            raise request.error
+        assert request.result is not None
+        if isinstance(request.result, Rejected):
+            raise request.result
+        return request.result
+
+    def statistics(self) -> WriterStatistics:
+        return WriterStatistics(self._commits, self._appends, self._events, self._largest)
+
+    @asynccontextmanager
+    async def paused(self) -> AsyncIterator[None]:
+        """Hold every commit until the block ends (for swapping the data file)."""
+        async with self._paused:
+            yield
+
+    async def run(self) -> None:
+        """Commit requests in groups until the channel closes; then finish what is queued."""
+        async with self._receive:
+            async for first in self._receive:
+                group = [first]
+                while len(group) < MAX_GROUP:
+                    try:
+                        group.append(self._receive.receive_nowait())
+                    except (trio.WouldBlock, trio.EndOfChannel):
+                        break
+                async with self._paused:
+                    await self._commit(group)
+
+    async def _commit(self, group: list[_Request]) -> None:
+        batches = [request.batch for request in group]
+        try:
+            results = await trio.to_thread.run_sync(self.store.append_many, batches)
+        except BaseException as error:  # answer every sender, then let the writer carry on
+            for request in group:
+                request.error = error
+                request.done.set()
+            if not isinstance(error, Exception):
+                raise
+            return
+        self._commits += 1
+        self._appends += len(group)
+        self._events += sum(len(b.events) for b in batches)
+        self._largest = max(self._largest, len(group))
+        for request, result in zip(group, results, strict=True):
+            request.result = result
+            request.done.set()
+
+    def close(self) -> None:
+        """No more appends; `run` returns once the queued ones are committed."""
+        self._send.close()
+
+
+@asynccontextmanager
+async def open_writer(store: EventStore, capacity: int = 1024) -> AsyncIterator[Writer]:
+    """A running writer; on exit it commits what was queued and stops."""
+    writer = Writer(store, capacity)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(writer.run)
+        try:
+            yield writer
+        finally:
+            writer.close()

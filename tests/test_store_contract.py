@@ -1,0 +1,505 @@
+# The store contract: one suite of tests every storage backend must pass.
+#
+# In the eventsourcing library's manner, `StoreContract` holds the tests and
+# each backend subclasses it with a way to open a fresh store; LMDB adds the
+# tests only a file-backed store can pass (reopen, map growth, one
+# environment per directory). Every LMDB store lives in its own tmp_path and
+# is closed at the end, so the per-process backend cache never leaks between
+# tests.
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from eva.core import keys
+from eva.core.events import (
+    AnyEvent,
+    ChannelDescribed,
+    LineWritten,
+    MessageDeleted,
+    MessageEdited,
+    MessagePosted,
+    RowPublished,
+    ToolCalled,
+)
+from eva.core.keys import StreamId
+from eva.core.projection import Rejected
+from eva.core.render import LINE_LIMIT_BYTES
+from eva.store import lmdb_kv
+from eva.store.event_store import READ_CHUNK, Appended, Batch, EventStore
+from eva.store.memory_kv import MemoryBackend
+from eva.store.replay import replay_stream
+
+A = StreamId(1, 10)
+B = StreamId(1, 11)
+C = StreamId(2, 20)
+
+
+def posted(index: int, content: str = "", *, message_id: int | None = None) -> MessagePosted:
+    return MessagePosted(
+        at_ms=1_600_000_000_000 + index * 1000,
+        index=index,
+        message_id=1000 + index if message_id is None else message_id,
+        author_id=7 + index % 3,
+        author_name=f"user{index % 3}",
+        content=content or f"message {index}",
+    )
+
+
+def line(start: int, size: int, text: str = "a line") -> LineWritten:
+    return LineWritten(at_ms=5, start=start, size=size, text=text, first_ms=1, last_ms=2)
+
+
+def tree(messages: int) -> list[LineWritten]:
+    """Every line over `messages` messages, each after its halves: leaves first, then up."""
+    lines = []
+    size = 1
+    while size <= messages:
+        lines += [line(start, size) for start in range(0, messages - size + 1, size)]
+        size *= 2
+    return lines
+
+
+def row(entries: tuple[tuple[int, int], ...], frontier: int) -> RowPublished:
+    return RowPublished(at_ms=9, entries=entries, frontier=frontier)
+
+
+def assert_replays(store: EventStore) -> None:
+    for meta in store.streams():
+        result = replay_stream(store, StreamId(meta.guild_id, meta.channel_id))
+        assert result.ok, result
+        assert result.events == meta.position
+
+
+class StoreContract:
+    """The tests every backend passes; subclasses provide `store`."""
+
+    @pytest.fixture
+    def store(self) -> Iterator[EventStore]:
+        raise NotImplementedError
+
+    def test_append_numbers_from_zero_without_gap(self, store: EventStore) -> None:
+        first = store.append(A, [posted(0), posted(1)])
+        second = store.append(A, [posted(2)])
+        third = store.append(A, [ToolCalled(at_ms=1, name="zoom"), posted(3), posted(4)])
+        assert first == Appended(A, 0, 2)
+        assert second == Appended(A, 2, 1)
+        assert third == Appended(A, 3, 3)
+        assert [seq for seq, _ in store.events(A)] == list(range(6))
+        meta = store.meta(A)
+        assert meta is not None
+        assert (meta.position, meta.messages) == (6, 5)
+
+    def test_events_read_back_equal(self, store: EventStore) -> None:
+        events: list[AnyEvent] = [
+            ChannelDescribed(at_ms=1, guild_id=1, channel_id=10, channel_name="general"),
+            posted(0, "héllo ✨"),
+            MessageEdited(at_ms=3, index=0, message_id=1000, content="edited", attachments=("a",)),
+            line(0, 1),
+            row(((0, 1),), 1),
+            ToolCalled(at_ms=4, name="recall", arguments='{"q": "x"}', result_bytes=12),
+        ]
+        store.append(A, events)
+        assert [event for _, event in store.events(A)] == events
+        assert store.event(A, 2) == events[2]
+        assert store.event(A, 6) is None
+        assert [seq for seq, _ in store.events(A, 2, 4)] == [2, 3]
+
+    def test_unknown_stream_reads_empty(self, store: EventStore) -> None:
+        assert list(store.events(A)) == []
+        assert store.meta(A) is None
+        assert store.message(A, 0) is None
+        assert store.published_row(A) is None
+        assert store.streams() == []
+
+    def test_empty_batch_keeps_nothing(self, store: EventStore) -> None:
+        assert store.append(A, []) == Appended(A, 0, 0)
+        assert store.streams() == []
+        assert_replays(store)
+
+    def test_append_many_lands_every_stream(self, store: EventStore) -> None:
+        store.append(B, [posted(0)])
+        results = store.append_many(
+            [Batch(A, [posted(0), posted(1)]), Batch(B, [posted(1)]), Batch(C, [posted(0)])]
+        )
+        assert results == [Appended(A, 0, 2), Appended(B, 1, 1), Appended(C, 0, 1)]
+        assert [m.position for m in store.streams()] == [2, 2, 1]
+        assert_replays(store)
+
+    def test_two_batches_of_one_stream_in_one_call(self, store: EventStore) -> None:
+        results = store.append_many([Batch(A, [posted(0)]), Batch(A, [posted(1), posted(2)])])
+        assert results == [Appended(A, 0, 1), Appended(A, 1, 2)]
+        assert [e.index for _, e in store.events(A) if isinstance(e, MessagePosted)] == [0, 1, 2]
+
+    @pytest.mark.parametrize(
+        ("bad", "reason"),
+        [
+            ([posted(0), posted(2)], "index"),
+            ([posted(0), posted(1, message_id=1000)], "already stored"),
+            ([posted(0), posted(1, message_id=-1)], "out of range"),
+            ([MessageEdited(at_ms=1, index=0, message_id=999, content="x")], "no message"),
+            ([MessageEdited(at_ms=1, index=-1, message_id=1000, content="x")], "no message"),
+            ([MessageEdited(at_ms=1, index=5, message_id=1005, content="x")], "no message"),
+            ([MessageDeleted(at_ms=1, index=2**64 - 1, message_id=1000)], "no message"),
+            ([posted(0), line(0, 3)], "bad line address"),
+            ([posted(0), posted(1), line(1, 2)], "bad line address"),
+            ([posted(0), line(-1, 1)], "bad line address"),
+            ([posted(0), line(0, 0)], "bad line address"),
+            ([posted(0), line(0, 2)], "passes the last message"),
+            ([posted(0), line(0, 1, "x" * (LINE_LIMIT_BYTES + 1))], "over 512 bytes"),
+            ([posted(0), line(0, 1, "é" * (LINE_LIMIT_BYTES // 2) + "x")], "over 512 bytes"),
+            ([posted(0), posted(1), line(0, 2)], "before its halves"),
+            ([posted(0), posted(1), line(0, 1), line(0, 2)], "before its halves"),
+            ([posted(0), posted(1), *tree(2), row(((0, 1), (2, 1)), 2)], "does not continue"),
+            ([posted(0), posted(1), *tree(2), row(((1, 1),), 1)], "does not continue"),
+            ([posted(0), posted(1), *tree(2), row(((1, 2),), 2)], "does not continue"),
+            ([posted(0), posted(1), *tree(2), row(((0, 1), (1, 2)), 3)], "does not continue"),
+            ([posted(0), posted(1), *tree(2), row(((0, 2),), 1)], "frontier"),
+            ([posted(0), posted(1), *tree(2), row(((0, 1),), 2)], "frontier"),
+            ([posted(0), posted(1), line(0, 1), row(((0, 1), (1, 1)), 2)], "has no line"),
+            ([posted(0), posted(1), *tree(2)[:2], row(((0, 2),), 2)], "has no line"),
+        ],
+    )
+    def test_batch_that_does_not_fit_is_refused_alone(
+        self, store: EventStore, bad: list[AnyEvent], reason: str
+    ) -> None:
+        store.append(B, [posted(0)])
+        before = list(store.events(B))
+        results = store.append_many(
+            [Batch(A, [ToolCalled(at_ms=1, name="first"), *bad]), Batch(B, [posted(1)])]
+        )
+        refused, landed = results
+        assert isinstance(refused, Rejected)
+        assert reason in str(refused)
+        assert landed == Appended(B, 1, 1)
+        assert list(store.events(A)) == []
+        assert store.meta(A) is None
+        assert store.message(A, 0) is None
+        assert store.index_of(A, 1000) is None
+        assert list(store.events(B)) == [*before, (1, posted(1))]
+        assert_replays(store)
+        with pytest.raises(Rejected, match=reason):
+            store.append(A, [ToolCalled(at_ms=1, name="first"), *bad])
+
+    def test_refused_batch_in_a_known_stream_leaves_it_as_it_was(self, store: EventStore) -> None:
+        store.append(A, [posted(0), posted(1), line(0, 1)])
+        before_events = list(store.events(A))
+        before_meta = store.meta(A)
+        results = store.append_many(
+            [
+                Batch(
+                    A, [posted(2), MessageDeleted(at_ms=1, index=2, message_id=1002), line(0, 8)]
+                ),
+                Batch(C, [posted(0)]),
+                Batch(A, [posted(2, "kept")]),
+            ]
+        )
+        assert isinstance(results[0], Rejected)
+        assert results[1:] == [Appended(C, 0, 1), Appended(A, 3, 1)]
+        assert list(store.events(A)) == [*before_events, (3, posted(2, "kept"))]
+        meta = store.meta(A)
+        assert before_meta is not None
+        assert meta is not None
+        assert (meta.position, meta.messages, meta.deleted) == (4, 3, 0)
+        message = store.message(A, 2)
+        assert message is not None
+        assert (message.content, message.deleted) == ("kept", False)
+        assert_replays(store)
+
+    def test_every_batch_refused(self, store: EventStore) -> None:
+        results = store.append_many([Batch(A, [posted(1)]), Batch(B, [line(0, 1)])])
+        assert all(isinstance(result, Rejected) for result in results)
+        assert store.streams() == []
+
+    def test_message_by_index_and_by_discord_id(self, store: EventStore) -> None:
+        store.append(A, [posted(i) for i in range(5)])
+        store.append(B, [posted(0, "other channel", message_id=1003)])
+        assert store.index_of(A, 1003) == 3
+        assert store.index_of(B, 1003) == 0
+        assert store.index_of(A, 99) is None
+        message = store.message(A, 3)
+        assert message is not None
+        assert message.posted == posted(3)
+        assert (message.content, message.edited_at_ms, message.deleted) == (
+            "message 3",
+            None,
+            False,
+        )
+        assert store.message(A, 5) is None
+
+    def test_edit_shows_new_text(self, store: EventStore) -> None:
+        store.append(A, [posted(0, "first"), posted(1)])
+        store.append(A, [MessageEdited(at_ms=77, index=0, message_id=1000, content="second")])
+        store.append(
+            A,
+            [
+                MessageEdited(
+                    at_ms=88, index=0, message_id=1000, content="third", attachments=("f",)
+                )
+            ],
+        )
+        message = store.message(A, 0)
+        assert message is not None
+        assert (message.content, message.attachments, message.edited_at_ms) == ("third", ("f",), 88)
+        assert message.posted.content == "first"
+        untouched = store.message(A, 1)
+        assert untouched is not None
+        assert untouched.edited_at_ms is None
+        assert_replays(store)
+
+    def test_delete_marks_slot_and_keeps_index(self, store: EventStore) -> None:
+        store.append(A, [posted(0), posted(1)])
+        store.append(A, [MessageDeleted(at_ms=5, index=0, message_id=1000)])
+        store.append(A, [MessageDeleted(at_ms=6, index=0, message_id=1000)])  # twice is harmless
+        store.append(A, [posted(2)])
+        gone = store.message(A, 0)
+        assert gone is not None
+        assert gone.deleted
+        assert store.index_of(A, 1000) == 0
+        kept = store.message(A, 2)
+        assert kept is not None
+        assert not kept.deleted
+        meta = store.meta(A)
+        assert meta is not None
+        assert (meta.messages, meta.deleted) == (3, 1)
+        with pytest.raises(Rejected, match="deleted"):
+            store.append(A, [MessageEdited(at_ms=7, index=0, message_id=1000, content="x")])
+        assert_replays(store)
+
+    def test_lines_by_address(self, store: EventStore) -> None:
+        store.append(A, [posted(i) for i in range(4)])
+        store.append(A, [line(0, 1, "leaf 0"), line(1, 1, "leaf 1"), line(0, 2, "pair")])
+        store.append(A, [line(2, 1), line(3, 1), line(2, 2), line(0, 4)])
+        store.append(A, [line(0, 2, "pair again")])  # a line made again replaces the old one
+        first = store.line(A, 0, 1)
+        assert first is not None
+        assert first.text == "leaf 0"
+        pair = store.line(A, 0, 2)
+        assert pair is not None
+        assert pair.text == "pair again"
+        assert store.line(A, 2, 2) == line(2, 2)
+        assert store.line(A, 0, 8) is None
+        assert store.line(A, 4, 1) is None
+        assert store.line(B, 0, 1) is None
+        meta = store.meta(A)
+        assert meta is not None
+        assert meta.lines == 8
+        assert_replays(store)
+
+    def test_line_at_the_limit_fits(self, store: EventStore) -> None:
+        text = "é" * (LINE_LIMIT_BYTES // 2)
+        store.append(A, [posted(0), line(0, 1, text)])
+        stored = store.line(A, 0, 1)
+        assert stored is not None
+        assert stored.text == text
+
+    def test_published_row(self, store: EventStore) -> None:
+        store.append(A, [posted(i) for i in range(6)])
+        store.append(A, tree(6))
+        assert store.published_row(A) is None
+        store.append(A, [row(((0, 4), (4, 1)), 5), ToolCalled(at_ms=1, name="zoom")])
+        store.append(A, [row((), 0)])
+        store.append(A, [row(((0, 4), (4, 2)), 6), ToolCalled(at_ms=1, name="zoom")])
+        assert store.published_row(A) == row(((0, 4), (4, 2)), 6)
+        meta = store.meta(A)
+        assert meta is not None
+        assert meta.row_seq == 6 + len(tree(6)) + 3
+        assert_replays(store)
+
+    def test_channel_described(self, store: EventStore) -> None:
+        store.append(
+            A,
+            [
+                ChannelDescribed(
+                    at_ms=1,
+                    guild_id=1,
+                    channel_id=10,
+                    guild_name="g",
+                    channel_name="general",
+                    time_zone="Europe/Paris",
+                )
+            ],
+        )
+        meta = store.meta(A)
+        assert meta is not None
+        assert (meta.guild_name, meta.channel_name, meta.time_zone) == (
+            "g",
+            "general",
+            "Europe/Paris",
+        )
+
+    def test_streams_listing(self, store: EventStore) -> None:
+        for stream in (C, A, B):
+            store.append(stream, [posted(0)])
+        listed = [(m.guild_id, m.channel_id) for m in store.streams()]
+        assert listed == [tuple(A), tuple(B), tuple(C)]
+        big = StreamId(keys.MAX_U64, keys.MAX_U64)
+        store.append(big, [posted(0)])
+        assert [StreamId(m.guild_id, m.channel_id) for m in store.streams()][-1] == big
+        assert next(iter(store.events(C)))[1] == posted(0)
+
+    def test_reads_in_chunks(self, store: EventStore) -> None:
+        count = READ_CHUNK * 2 + 17
+        tools = [ToolCalled(at_ms=i, name="t") for i in range(count)]
+        store.append(A, tools[: READ_CHUNK + 3])
+        store.append(A, tools[READ_CHUNK + 3 :])
+        store.append(B, [posted(0)])  # the next stream must not leak into A's reads
+        read = list(store.events(A))
+        assert [seq for seq, _ in read] == list(range(count))
+        assert [event for _, event in read] == tools
+        assert [seq for seq, _ in store.events(A, READ_CHUNK - 1)] == list(
+            range(READ_CHUNK - 1, count)
+        )
+        assert len(list(store.raw_events(A, 5, READ_CHUNK * 2 + 5))) == READ_CHUNK * 2
+        assert_replays(store)
+
+
+class TestMemoryStore(StoreContract):
+    @pytest.fixture
+    def store(self) -> Iterator[EventStore]:
+        return EventStore(MemoryBackend())
+
+
+class TestLmdbStore(StoreContract):
+    @pytest.fixture
+    def store(self, tmp_path: Path) -> Iterator[EventStore]:
+        backend = lmdb_kv.open_backend(tmp_path / "data")
+        yield EventStore(backend)
+        backend.close()
+
+    def test_append_many_is_one_commit(self, store: EventStore) -> None:
+        backend = store.backend
+        assert isinstance(backend, lmdb_kv.LmdbBackend)
+        before = backend.commits
+        results = store.append_many(
+            [Batch(A, [posted(0)]), Batch(B, [posted(1)]), Batch(C, [posted(0), posted(1)])]
+        )
+        assert backend.commits == before + 1
+        assert isinstance(results[1], Rejected)
+        assert backend.commits == before + 1
+        store.append(A, [posted(1)])
+        assert backend.commits == before + 2
+
+    def test_data_survives_close_and_reopen(self, tmp_path: Path) -> None:
+        path = tmp_path / "data"
+        backend = lmdb_kv.open_backend(path)
+        store = EventStore(backend)
+        store.append(A, [posted(0), posted(1), *tree(2), row(((0, 2),), 2)])
+        store.append(B, [posted(0), MessageEdited(at_ms=9, index=0, message_id=1000, content="e")])
+        events = {stream: list(store.events(stream)) for stream in (A, B)}
+        metas = store.streams()
+        backend.close()
+
+        reopened = lmdb_kv.open_backend(path)
+        try:
+            assert reopened is not backend
+            again = EventStore(reopened)
+            assert {stream: list(again.events(stream)) for stream in (A, B)} == events
+            assert again.streams() == metas
+            assert again.published_row(A) == row(((0, 2),), 2)
+            edited = again.message(B, 0)
+            assert edited is not None
+            assert edited.content == "e"
+            assert again.append(A, [posted(2)]) == Appended(A, 6, 1)
+            assert_replays(again)
+        finally:
+            reopened.close()
+
+    def test_map_grows_instead_of_failing(self, tmp_path: Path) -> None:
+        path = tmp_path / "data"
+        backend = lmdb_kv.open_backend(path, map_bytes=64 * 1024)
+        try:
+            store = EventStore(backend)
+            start_map = backend.map_bytes()
+            big = "x" * 3000
+            for chunk in range(10):
+                store.append(A, [posted(chunk * 100 + i, big) for i in range(100)])
+            store.append(B, [posted(0, "y" * 1_000_000)])  # one event bigger than the map
+            assert backend.map_grown > 0
+            assert backend.map_bytes() > start_map
+            read = list(store.events(A))
+            assert len(read) == 1000
+            assert all(isinstance(e, MessagePosted) and e.content == big for _, e in read)
+            message = store.message(B, 0)
+            assert message is not None
+            assert len(message.content) == 1_000_000
+            assert_replays(store)
+        finally:
+            backend.close()
+        reopened = lmdb_kv.open_backend(path, map_bytes=64 * 1024)
+        try:
+            assert len(list(EventStore(reopened).events(A))) == 1000
+        finally:
+            reopened.close()
+
+    def test_same_directory_gives_same_backend(self, tmp_path: Path) -> None:
+        path = tmp_path / "data"
+        first = lmdb_kv.open_backend(path)
+        try:
+            assert lmdb_kv.open_backend(path) is first
+            assert lmdb_kv.open_backend(str(path)) is first
+            assert lmdb_kv.open_backend(tmp_path / "data" / ".." / "data") is first
+            assert lmdb_kv.open_backend(tmp_path / "other") is not first
+        finally:
+            lmdb_kv.open_backend(tmp_path / "other").close()
+            first.close()
+        assert lmdb_kv.open_backend(path) is not first
+        lmdb_kv.open_backend(path).close()
+
+    def test_stale_readers_are_cleared_at_open(self, tmp_path: Path) -> None:
+        # LMDB resets its reader table when the opener is alone, so a stale slot
+        # survives only while another process keeps the environment open.
+        path = tmp_path / "data"
+        lmdb_kv.open_backend(path).close()
+        keeper = _start_holder(path, "open")
+        try:
+            reader = _start_holder(path, "read")
+            reader.send_signal(signal.SIGKILL)
+            reader.wait()
+            backend = lmdb_kv.open_backend(path)
+            try:
+                assert backend.stale_readers_cleared == 1
+                assert backend.env.reader_check() == 0
+                assert EventStore(backend).append(A, [posted(0)]) == Appended(A, 0, 1)
+            finally:
+                backend.close()
+        finally:
+            keeper.send_signal(signal.SIGKILL)
+            keeper.wait()
+
+
+# A child that opens the environment ("open") or also takes a reader slot
+# ("read"), says so, and waits to be killed.
+_HOLDER = """
+import sys, time
+from pathlib import Path
+from eva.store.lmdb_kv import open_backend
+backend = open_backend(Path(sys.argv[1]))
+if sys.argv[2] == "read":
+    with backend.reading():
+        print("ready", flush=True)
+        time.sleep(60)
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def _start_holder(path: Path, mode: str) -> subprocess.Popen[bytes]:
+    child = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, str(path), mode], stdout=subprocess.PIPE
+    )
+    assert child.stdout is not None
+    try:
+        assert child.stdout.readline() == b"ready\n"
+    except BaseException:
+        child.kill()
+        child.wait()
+        raise
+    finally:
+        child.stdout.close()
+    return child
