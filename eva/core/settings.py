@@ -49,3 +49,28 @@ class MemorySettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
         return self
+
+
+class LiveSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The numbers of the running process: actors, inboxes, retries."""
+
+    idle_seconds: float = 300.0
+    """An actor with nothing pending sleeps after this long without input."""
+    inbox_capacity: int = 64
+    """Inputs waiting for one channel before senders are slowed down."""
+    writer_capacity: int = 1024
+    """Appends waiting for the writer before actors are slowed down."""
+    model_timeout_seconds: float = 120.0
+    """A model call taking longer than this counts as failed."""
+    retry_first_seconds: float = 5.0
+    """After a run that could not finish, wait this long before the next..."""
+    retry_most_seconds: float = 600.0
+    """...doubling each time, up to this."""
+
+    def check(self) -> LiveSettings:
+        """The settings themselves, or ValueError naming the first that makes no sense."""
+        for name in ("idle_seconds", "inbox_capacity", "writer_capacity",
+                     "model_timeout_seconds", "retry_first_seconds", "retry_most_seconds"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive")
+        return self

@@ -1,0 +1,390 @@
+# One guild channel's actor: turns inputs into events, runs compression, publishes on quiet.
+#
+# Shell (trio). An actor is awake only while its channel is active or has
+# work pending; its state is in LMDB, so waking costs a read, not a replay.
+# Invariants: the inbox is bounded (a burst slows senders down, nothing is
+# dropped); an input that fails is logged with the input and answered with the
+# error, and the actor carries on; at most one compression run per channel;
+# a publish happens only with new leaves to add.
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, assert_never
+
+import trio
+
+from eva.core.block import ShownMessage, memory_block, render_tail
+from eva.core.events import (
+    AnyEvent,
+    ChannelDescribed,
+    MessageDeleted,
+    MessageEdited,
+    MessagePosted,
+    PublishReason,
+)
+from eva.core.keys import StreamId
+from eva.core.settings import LiveSettings, MemorySettings
+from eva.core.state import StreamMeta
+from eva.core.summarize import Summarizer
+from eva.core.timing import compression_due, publish_reason
+from eva.live.inputs import ChannelInput, Delete, Describe, Edit, GetPrompt, Post, Recall, Zoom
+from eva.live.writer import Writer
+from eva.memory.compress import CompressStats, compress, run_cutoff
+from eva.memory.publish import LineSizes, publish
+from eva.memory.view import RowText, channel_zone, recall, row_lines, tail_messages, zoom
+from eva.store.event_store import Appended, EventStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class Request:
+    """An input on its way to an actor, with the slot its answer goes in."""
+
+    item: ChannelInput | _CompressionDone
+    done: trio.Event = field(default_factory=trio.Event)
+    answer: Any = None
+    error: BaseException | None = None
+
+    def reply(self, answer: Any = None, error: BaseException | None = None) -> None:
+        self.answer, self.error = answer, error
+        self.done.set()
+
+
+@dataclass(frozen=True, slots=True)
+class _CompressionDone:
+    stats: CompressStats | None
+    error: BaseException | None
+
+
+@dataclass(slots=True)
+class Shared:
+    """What every actor of a process shares."""
+
+    store: EventStore
+    writer: Writer
+    summarizer: Summarizer
+    settings: MemorySettings
+    live: LiveSettings
+    nursery: trio.Nursery
+    wall_ms: Callable[[], int]
+    tasks_done: int = 0
+    runs_failed: int = 0
+    crashes: int = 0
+
+
+@dataclass(slots=True)
+class _Tail:
+    """The tail as the prompt shows it, kept in memory while the actor is awake."""
+
+    start: int = -1  # the row frontier it was read from; -1 when not loaded
+    messages: list[ShownMessage] = field(default_factory=list)
+
+
+class ChannelActor:
+    """The actor of one guild channel."""
+
+    def __init__(self, shared: Shared, stream: StreamId) -> None:
+        self.shared = shared
+        self.stream = stream
+        self.send, self.receive = trio.open_memory_channel[Request](shared.live.inbox_capacity)
+        self.compressing = False
+        self.retry_at = math.inf
+        self.retry_delay = shared.live.retry_first_seconds
+        self.last_input = trio.current_time()
+        self.last_input_ms = shared.wall_ms()
+        self.row_text = RowText()
+        self.sizes = LineSizes()
+        self.tail = _Tail()
+        self.stopped = False
+
+    # -- the loop -------------------------------------------------------------
+
+    async def run(self, on_sleep: Callable[[ChannelActor], None]) -> None:
+        """Serve inputs until idle with nothing pending; then call `on_sleep` and return."""
+        await self._wake()
+        async with self.receive:
+            while True:
+                deadline = self._next_deadline()
+                request = None
+                with trio.move_on_at(deadline):
+                    request = await self.receive.receive()
+                if request is not None:
+                    await self._serve(request)
+                    continue
+                await self._on_timer()
+                if self._may_sleep():
+                    on_sleep(self)  # no await between the check and leaving the registry
+                    self.stopped = True
+                    return
+
+    def _may_sleep(self) -> bool:
+        stats = self.receive.statistics()
+        idle = trio.current_time() - self.last_input >= self.shared.live.idle_seconds
+        meta = self._meta()
+        publish_pending = meta is not None and meta.leaf_frontier > meta.row_frontier
+        return (
+            idle
+            and not self.compressing
+            and not publish_pending
+            and self.retry_at == math.inf
+            and stats.current_buffer_used == 0
+            and stats.tasks_waiting_send == 0
+        )
+
+    def _next_deadline(self) -> float:
+        quiet = self.last_input + self.shared.settings.quiet_ms / 1000
+        idle = self.last_input + self.shared.live.idle_seconds
+        meta = self._meta()
+        if meta is not None and meta.leaf_frontier > meta.row_frontier:
+            return min(quiet, self.retry_at)
+        return min(max(idle, quiet if self.compressing else idle), self.retry_at)
+
+    async def _wake(self) -> None:
+        """Resume what the projections say is unfinished: a publish due, compression due."""
+        meta = self._meta()
+        if meta is None:
+            return
+        if meta.messages:
+            quiet_for = self.shared.wall_ms() - meta.last_ms
+            self.last_input_ms = meta.last_ms
+            self.last_input = trio.current_time() - max(0, quiet_for) / 1000
+        await self._maybe_publish()
+        self._maybe_compress(force=meta.ready > 0)
+
+    async def _on_timer(self) -> None:
+        if trio.current_time() >= self.retry_at:
+            self.retry_at = math.inf
+            self._maybe_compress(force=True)
+        await self._maybe_publish()
+
+    async def _serve(self, request: Request) -> None:
+        item = request.item
+        try:
+            if isinstance(item, _CompressionDone):
+                await self._compression_done(item)
+                request.reply()
+                return
+            request.reply(await self._handle(item))
+        except Exception as error:  # an input that fails must not stop the channel
+            self.shared.crashes += 1
+            log.exception("channel %s failed on input %r", self.stream, item)
+            request.reply(error=error)
+
+    async def _handle(self, item: ChannelInput) -> Any:
+        match item:
+            case Post():
+                return await self._post(item)
+            case Edit():
+                return await self._edit(item)
+            case Delete():
+                return await self._delete(item)
+            case Describe():
+                await self._write(
+                    [
+                        ChannelDescribed(
+                            at_ms=self.shared.wall_ms(),
+                            guild_id=self.stream.guild_id,
+                            channel_id=self.stream.channel_id,
+                            guild_name=item.guild_name,
+                            channel_name=item.channel_name,
+                            time_zone=item.time_zone,
+                        )
+                    ]
+                )
+                return None
+            case GetPrompt():
+                return self.prompt()
+            case Zoom():
+                return zoom(
+                    self.shared.store, self.stream, item.address, self.shared.settings, item.page
+                )
+            case Recall():
+                return recall(self.shared.store, self.stream, item.query, self.shared.settings)
+            case _:
+                assert_never(item)
+
+    # -- inputs ---------------------------------------------------------------
+
+    async def _post(self, post: Post) -> int | None:
+        store = self.shared.store
+        if store.index_of(self.stream, post.message_id) is not None:
+            return None
+        meta = self._meta()
+        index = meta.messages if meta is not None else 0
+        event = MessagePosted(
+            at_ms=post.at_ms,
+            index=index,
+            message_id=post.message_id,
+            author_id=post.author_id,
+            author_name=post.author_name,
+            bot=post.bot,
+            utc_offset_min=post.utc_offset_min,
+            content=post.content,
+            reply_to=post.reply_to,
+            attachments=post.attachments,
+        )
+        await self._write([event])
+        self._touch(post.at_ms)
+        if self.tail.start >= 0:
+            self.tail.messages.append(
+                ShownMessage(
+                    index=index,
+                    at_ms=post.at_ms,
+                    author_name=post.author_name,
+                    content=post.content,
+                    attachments=post.attachments,
+                )
+            )
+        meta = self._meta()
+        assert meta is not None
+        if meta.tail_bytes > self.shared.settings.overflow_tail_bytes:
+            await self._maybe_publish()
+        self._maybe_compress()
+        return index
+
+    async def _edit(self, edit: Edit) -> bool:
+        index = self.shared.store.index_of(self.stream, edit.message_id)
+        if index is None:
+            return False
+        message = self.shared.store.message(self.stream, index)
+        if message is None or message.deleted or message.content == edit.content:
+            return False
+        await self._write(
+            [
+                MessageEdited(
+                    at_ms=edit.at_ms,
+                    index=index,
+                    message_id=edit.message_id,
+                    content=edit.content,
+                    attachments=edit.attachments,
+                )
+            ]
+        )
+        self.tail.start = -1
+        return True
+
+    async def _delete(self, delete: Delete) -> int:
+        events: list[AnyEvent] = []
+        for message_id in dict.fromkeys(delete.message_ids):
+            index = self.shared.store.index_of(self.stream, message_id)
+            if index is None:
+                continue
+            message = self.shared.store.message(self.stream, index)
+            if message is not None and not message.deleted:
+                deleted = MessageDeleted(at_ms=delete.at_ms, index=index, message_id=message_id)
+                events.append(deleted)
+        if events:
+            await self._write(events)
+            self.tail.start = -1
+        return len(events)
+
+    def _touch(self, at_ms: int) -> None:
+        self.last_input = trio.current_time()
+        self.last_input_ms = at_ms
+
+    # -- the prompt -----------------------------------------------------------
+
+    def prompt(self) -> str:
+        """The memory block as Eva's prompt uses it now."""
+        store, settings = self.shared.store, self.shared.settings
+        meta = self._meta()
+        tz = channel_zone(meta, settings)
+        lines = row_lines(store, self.stream, tz, self.row_text)
+        frontier = meta.row_frontier if meta is not None else 0
+        if self.tail.start != frontier:
+            self.tail = _Tail(frontier, tail_messages(store, self.stream))
+        tail = render_tail(self.tail.messages, settings.prompt_tail_max_bytes, tz)
+        return memory_block(lines, tail)
+
+    # -- compression and publishing ---------------------------------------------
+
+    def _maybe_compress(self, force: bool = False) -> None:
+        if self.compressing or self.retry_at != math.inf:
+            return
+        meta = self._meta()
+        if meta is None or not (force or compression_due(meta, self.shared.settings)):
+            return
+        self.compressing = True
+        self.shared.nursery.start_soon(self._compress)
+
+    async def _compress(self) -> None:
+        shared = self.shared
+        stats: CompressStats | None = None
+        error: BaseException | None = None
+        try:
+            meta = self._meta()
+            upto = run_cutoff(shared.store, self.stream, shared.settings)
+            if meta is not None and not compression_due(meta, shared.settings):
+                upto = meta.leaf_frontier  # only the merges left ready
+            stats = await compress(
+                shared.store,
+                self.stream,
+                shared.summarizer,
+                self._append,
+                shared.settings,
+                shared.wall_ms(),
+                upto,
+            )
+        except Exception as caught:
+            error = caught
+            log.exception("compression of %s failed", self.stream)
+        request = Request(_CompressionDone(stats, error))
+        if self.stopped:
+            return
+        await self.send.send(request)
+
+    async def _compression_done(self, done: _CompressionDone) -> None:
+        self.compressing = False
+        stats = done.stats
+        if stats is not None:
+            self.shared.tasks_done += (
+                stats.leaves_model + stats.merges_model + stats.leaves_verbatim + stats.merges_glue
+            )
+        if done.error is not None or (stats is not None and stats.pending):
+            self.shared.runs_failed += 1
+            self.retry_at = trio.current_time() + self.retry_delay
+            self.retry_delay = min(self.retry_delay * 2, self.shared.live.retry_most_seconds)
+        else:
+            self.retry_delay = self.shared.live.retry_first_seconds
+        meta = self._meta()
+        if meta is not None and meta.tail_bytes > self.shared.settings.overflow_tail_bytes:
+            await self._maybe_publish()
+        self._maybe_compress()
+
+    async def _maybe_publish(self) -> None:
+        meta = self._meta()
+        if meta is None:
+            return
+        now_ms = int(trio.current_time() * 1000)
+        last_ms = int(self.last_input * 1000)
+        reason: PublishReason | None = publish_reason(meta, now_ms, last_ms, self.shared.settings)
+        if reason is None:
+            return
+        tz = channel_zone(meta, self.shared.settings)
+        await publish(
+            self.shared.store,
+            self.stream,
+            self._append,
+            self.shared.settings,
+            self.shared.wall_ms(),
+            reason,
+            tz,
+            self.sizes,
+        )
+
+    # -- helpers --------------------------------------------------------------
+
+    def _meta(self) -> StreamMeta | None:
+        return self.shared.store.meta(self.stream)
+
+    async def _write(self, events: list[AnyEvent]) -> None:
+        """Append this channel's events through the process's writer."""
+        await self.shared.writer.append(self.stream, events)
+
+    async def _append(self, stream: StreamId, events: Sequence[AnyEvent]) -> Appended:
+        """The `Append` that compression and publishing write through."""
+        return await self.shared.writer.append(stream, events)

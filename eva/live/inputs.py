@@ -1,0 +1,68 @@
+# What a channel's actor can be asked: the inputs the Discord gateway and tools send.
+#
+# Plain values; no IO. Each input is answered: a post with the index it got
+# (or None when that Discord message was already stored), a prompt request
+# with the text of the prompt, a tool with its answer.
+from __future__ import annotations
+
+from typing import TypeAlias
+
+import msgspec
+
+
+class Post(msgspec.Struct, frozen=True, kw_only=True):
+    """A message posted in the channel."""
+
+    message_id: int
+    author_id: int
+    author_name: str
+    at_ms: int
+    content: str = ""
+    bot: bool = False
+    utc_offset_min: int = 0
+    reply_to: int | None = None
+    attachments: tuple[str, ...] = ()
+
+
+class Edit(msgspec.Struct, frozen=True, kw_only=True):
+    """New text for a message; unknown ids are answered False."""
+
+    message_id: int
+    at_ms: int
+    content: str
+    attachments: tuple[str, ...] = ()
+
+
+class Delete(msgspec.Struct, frozen=True, kw_only=True):
+    """Messages deleted in Discord (one, or many at once); answered with how many were known."""
+
+    message_ids: tuple[int, ...]
+    at_ms: int
+
+
+class Describe(msgspec.Struct, frozen=True, kw_only=True):
+    """The channel's names and time zone."""
+
+    guild_name: str = ""
+    channel_name: str = ""
+    time_zone: str = "UTC"
+
+
+class GetPrompt(msgspec.Struct, frozen=True):
+    """The memory block Eva's prompt uses now: the published row and the tail."""
+
+
+class Zoom(msgspec.Struct, frozen=True, kw_only=True):
+    """The zoom tool: the two lines under `address`, or one message."""
+
+    address: str
+    page: int = 1
+
+
+class Recall(msgspec.Struct, frozen=True, kw_only=True):
+    """The recall tool: the channel's messages best matching `query`."""
+
+    query: str
+
+
+ChannelInput: TypeAlias = Post | Edit | Delete | Describe | GetPrompt | Zoom | Recall
