@@ -42,6 +42,7 @@ STABLE_TAGS = {
     "ToolCalled": "tool.called",
     "ForgetRequested": "forget.requested",
     "ForgetApplied": "forget.applied",
+    "MessagesErased": "messages.erased",
 }
 
 

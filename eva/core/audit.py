@@ -19,6 +19,7 @@ from eva.core.events import (
     MessageDeleted,
     MessageEdited,
     MessagePosted,
+    MessagesErased,
     RowPublished,
     ToolCalled,
     event_tag,
@@ -64,6 +65,11 @@ def describe(event: AnyEvent) -> tuple[str, str | None]:
             return (
                 f"forget applied for person {event.person_hash}: "
                 f"{event.messages} messages erased, {event.lines} lines remade",
+                None,
+            )
+        case MessagesErased():
+            return (
+                f"{len(event.indexes)} messages erased for person {event.person_hash}",
                 None,
             )
         case ToolCalled():

@@ -138,6 +138,14 @@ class ForgetApplied(Event, frozen=True, tag="forget.applied"):
     lines: int = 0
 
 
+class MessagesErased(Event, frozen=True, tag="messages.erased"):
+    """A forgotten person's messages become erased slots: indexes stay, words go."""
+
+    at_ms: int
+    person_hash: str
+    indexes: tuple[int, ...]
+
+
 AnyEvent: TypeAlias = (
     ChannelDescribed
     | MessagePosted
@@ -148,6 +156,7 @@ AnyEvent: TypeAlias = (
     | ToolCalled
     | ForgetRequested
     | ForgetApplied
+    | MessagesErased
 )
 
 EVENT_TYPES: tuple[type[Event], ...] = (
@@ -160,6 +169,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     ToolCalled,
     ForgetRequested,
     ForgetApplied,
+    MessagesErased,
 )
 
 _encoder = msgspec.msgpack.Encoder()

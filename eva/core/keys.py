@@ -11,7 +11,7 @@ import struct
 from typing import Final, Literal, NamedTuple, TypeAlias
 
 Table: TypeAlias = Literal[
-    "events", "streams", "messages", "discord_ids", "lines", "ready", "postings"
+    "events", "streams", "messages", "discord_ids", "lines", "ready", "postings", "stale"
 ]
 
 EVENTS: Final = "events"
@@ -23,6 +23,7 @@ PROJECTION_TABLES: Final[tuple[Table, ...]] = (
     "lines",
     "ready",
     "postings",
+    "stale",
 )
 ALL_TABLES: Final[tuple[Table, ...]] = ("events", *PROJECTION_TABLES)
 
@@ -89,6 +90,11 @@ def line_key(stream: StreamId, start: int, size: int) -> bytes:
 
 def ready_key(stream: StreamId, start: int, size: int) -> bytes:
     """A merge whose halves both exist and whose line is due: laid out like `line_key`."""
+    return line_key(stream, start, size)
+
+
+def stale_key(stream: StreamId, start: int, size: int) -> bytes:
+    """A line whose text is wrong now (a message under it was erased or edited)."""
     return line_key(stream, start, size)
 
 

@@ -21,6 +21,7 @@ from eva.core.events import (
     MessageDeleted,
     MessageEdited,
     MessagePosted,
+    MessagesErased,
     RowPublished,
     ToolCalled,
     decode_event,
@@ -110,7 +111,15 @@ class Projector:
                 meta.guild_name = event.guild_name
                 meta.channel_name = event.channel_name
                 meta.time_zone = event.time_zone
-            case ToolCalled() | ForgetRequested() | ForgetApplied():
+            case MessagesErased():
+                self._erased(stream, meta, event)
+            case ForgetRequested():
+                if event.person_hash not in meta.forgetting:
+                    meta.forgetting.append(event.person_hash)
+            case ForgetApplied():
+                if event.person_hash in meta.forgetting:
+                    meta.forgetting.remove(event.person_hash)
+            case ToolCalled():
                 pass
             case _:
                 assert_never(event)
@@ -159,17 +168,47 @@ class Projector:
         slot.content_seq = seq
         slot.size = size
         self._tables.put("messages", keys.message_key(stream, event.index), encode_record(slot))
+        self._mark_stale(stream, meta, event.index)
 
     def _deleted(self, stream: StreamId, meta: StreamMeta, event: MessageDeleted) -> None:
         slot = self._slot(stream, event.index, event.message_id)
         if not slot.deleted:
-            self._resize(meta, event.index, slot.size, 0)
-            self._postings.remove(stream, event.index, self._indexed(stream, slot))
-            slot.deleted = True
-            slot.size = 0
-            meta.deleted += 1
-            key = keys.message_key(stream, event.index)
-            self._tables.put("messages", key, encode_record(slot))
+            self._erase(stream, meta, event.index, slot)
+
+    def _erased(self, stream: StreamId, meta: StreamMeta, event: MessagesErased) -> None:
+        for index in event.indexes:
+            data = self._tables.get("messages", keys.message_key(stream, index))
+            if data is None:
+                raise Rejected(f"{stream}: no message at index {index} to erase")
+            slot = decode_slot(data)
+            if not slot.deleted:
+                self._erase(stream, meta, index, slot)
+
+    def _erase(self, stream: StreamId, meta: StreamMeta, index: int, slot: MessageSlot) -> None:
+        """Make a message an erased slot: no text, no size, no postings, lines above stale."""
+        self._resize(meta, index, slot.size, 0)
+        self._postings.remove(stream, index, self._indexed(stream, slot))
+        slot.deleted = True
+        slot.size = 0
+        meta.deleted += 1
+        self._tables.put("messages", keys.message_key(stream, index), encode_record(slot))
+        self._mark_stale(stream, meta, index)
+
+    def _mark_stale(self, stream: StreamId, meta: StreamMeta, index: int) -> None:
+        """Mark the leaf of `index` and every line above it as due to be made again.
+
+        Every existing ancestor of a stale line is stale already (a line made
+        over a stale half is stale itself), so the walk stops at the first one.
+        """
+        start, size = index, 1
+        while self._has_line(stream, start, size):
+            key = keys.stale_key(stream, start, size)
+            if self._tables.get("stale", key) is not None:
+                return
+            self._tables.put("stale", key, b"")
+            meta.stale += 1
+            size *= 2
+            start -= start % size
 
     @staticmethod
     def _resize(meta: StreamMeta, index: int, old: int, new: int) -> None:
@@ -214,6 +253,7 @@ class Projector:
                 raise Rejected(f"{stream}: line {start}+{size} is written before its halves")
         tables.put("lines", keys.line_key(stream, start, size), encode_record(LineSlot(seq)))
         meta.lines += 1
+        self._restale(stream, meta, start, size)
         if tables.get("ready", keys.ready_key(stream, start, size)) is not None:
             tables.delete("ready", keys.ready_key(stream, start, size))
             meta.ready -= 1
@@ -233,6 +273,21 @@ class Projector:
                 meta.unleafed_bytes -= self._size(stream, frontier)
                 frontier += 1
             meta.leaf_frontier = frontier
+
+    def _restale(self, stream: StreamId, meta: StreamMeta, start: int, size: int) -> None:
+        """A line written over a stale half is stale too; one made from fresh halves is not."""
+        key = keys.stale_key(stream, start, size)
+        was_stale = self._tables.get("stale", key) is not None
+        half_stale = size > 1 and any(
+            self._tables.get("stale", keys.stale_key(stream, half, size // 2)) is not None
+            for half in (start, start + size // 2)
+        )
+        if half_stale and not was_stale:
+            self._tables.put("stale", key, b"")
+            meta.stale += 1
+        elif was_stale and not half_stale:
+            self._tables.delete("stale", key)
+            meta.stale -= 1
 
     def _has_line(self, stream: StreamId, start: int, size: int) -> bool:
         return self._tables.get("lines", keys.line_key(stream, start, size)) is not None

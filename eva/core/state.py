@@ -30,6 +30,8 @@ class StreamMeta(msgspec.Struct, array_like=True):
     tail_bytes: int = 0  # rendered bytes of the messages from row_frontier on
     row_bytes: int = 0  # rendered bytes of the published row
     ready: int = 0  # merges whose halves both exist and whose line is due
+    stale: int = 0  # lines whose text is wrong now and must be made again
+    forgetting: list[str] = msgspec.field(default_factory=list)  # forgets not yet applied
 
 
 class MessageSlot(msgspec.Struct, array_like=True):

@@ -52,7 +52,7 @@ class CompressStats:
 
 
 @dataclass(slots=True)
-class _Run:
+class Run:
     store: EventStore
     stream: StreamId
     append: Append
@@ -93,7 +93,7 @@ async def compress(
     first; after that, each line written offers its parent, so ready work is
     found from what was just written, never by scanning.
     """
-    run = _Run(store, stream, append, settings, now_ms)
+    run = Run(store, stream, append, settings, now_ms)
     candidates = {Address(start, size) for start, size in store.ready(stream)}
     tasks, staged = _leaves(run, upto)
     candidates |= _parents_ready(run, staged)
@@ -101,12 +101,12 @@ async def compress(
     while True:
         glue_tasks, glued = _glue(run, candidates, queued)
         tasks.extend(glue_tasks)
-        await _append_lines(run, [*staged, *glued])
+        await append_lines(run, [*staged, *glued])
         if not tasks:
             break
         round_size = settings.tasks_per_request * settings.model_calls_in_flight
         round_tasks, tasks = tasks[:round_size], tasks[round_size:]
-        retry, staged = await _summarize_round(run, summarizer, round_tasks)
+        retry, staged = await summarize_round(run, summarizer, round_tasks)
         queued -= {line_address(line) for line in staged}
         tasks.extend(retry)
         candidates = _parents_ready(run, staged)
@@ -118,7 +118,7 @@ def line_address(line: LineWritten) -> Address:
     return Address(line.start, line.size)
 
 
-def _parents_ready(run: _Run, written: Sequence[LineWritten]) -> set[Address]:
+def _parents_ready(run: Run, written: Sequence[LineWritten]) -> set[Address]:
     """The parents that the lines just written complete (their sibling exists)."""
     found: set[Address] = set()
     messages = run.store.meta(run.stream)
@@ -133,19 +133,19 @@ def _parents_ready(run: _Run, written: Sequence[LineWritten]) -> set[Address]:
     return found
 
 
-def _stage(run: _Run, lines: list[LineWritten]) -> list[LineWritten]:
+def stage(run: Run, lines: list[LineWritten]) -> list[LineWritten]:
     """Remember lines about to be appended, so later steps of the run can read them."""
     for line in lines:
         run.written[line_address(line)] = line
     return lines
 
 
-async def _append_lines(run: _Run, lines: list[LineWritten]) -> None:
+async def append_lines(run: Run, lines: list[LineWritten]) -> None:
     for start in range(0, len(lines), APPEND_CHUNK):
         await run.append(run.stream, lines[start : start + APPEND_CHUNK])
 
 
-def _leaves(run: _Run, upto: int) -> tuple[list[Task], list[LineWritten]]:
+def _leaves(run: Run, upto: int) -> tuple[list[Task], list[LineWritten]]:
     """The verbatim leaves of messages before `upto` (staged) and the leaves that need a model."""
     meta = run.store.meta(run.stream)
     if meta is None:
@@ -181,11 +181,11 @@ def _leaves(run: _Run, upto: int) -> tuple[list[Task], list[LineWritten]]:
             )
         )
     run.stats.leaves_verbatim += len(lines)
-    return tasks, _stage(run, lines)
+    return tasks, stage(run, lines)
 
 
 def _glue(
-    run: _Run, candidates: set[Address], queued: set[Address]
+    run: Run, candidates: set[Address], queued: set[Address]
 ) -> tuple[list[Task], list[LineWritten]]:
     """Glue every candidate merge that fits, and the parents that gluing completes.
 
@@ -198,20 +198,20 @@ def _glue(
         for address in sorted(candidates, key=lambda a: (a.size, a.start)):
             if address in queued or address in run.given_up or run.line(address) is not None:
                 continue
-            left, right = _halves_of(run, address)
+            left, right = halves_of(run, address)
             work = glue_or_task(address, left.text, right.text, run.settings.line_limit)
             if isinstance(work, MergeTask):
                 tasks.append(work)
                 queued.add(address)
                 continue
-            level.append(_merged_line(run, address, left, right, work, "glue"))
+            level.append(merged_line(run, address, left, right, work, "glue"))
         run.stats.merges_glue += len(level)
-        glued.extend(_stage(run, level))
+        glued.extend(stage(run, level))
         candidates = _parents_ready(run, level)
     return tasks, glued
 
 
-def _halves_of(run: _Run, address: Address) -> tuple[LineWritten, LineWritten]:
+def halves_of(run: Run, address: Address) -> tuple[LineWritten, LineWritten]:
     left_half, right_half = halves(address)
     left = run.line(left_half)
     right = run.line(right_half)
@@ -220,8 +220,8 @@ def _halves_of(run: _Run, address: Address) -> tuple[LineWritten, LineWritten]:
     return left, right
 
 
-def _merged_line(
-    run: _Run,
+def merged_line(
+    run: Run,
     address: Address,
     left: LineWritten,
     right: LineWritten,
@@ -243,8 +243,8 @@ def _merged_line(
     )
 
 
-async def _summarize_round(
-    run: _Run, summarizer: Summarizer, tasks: list[Task]
+async def summarize_round(
+    run: Run, summarizer: Summarizer, tasks: list[Task]
 ) -> tuple[list[Task], list[LineWritten]]:
     """Ask for up to `model_calls_in_flight` batches at once.
 
@@ -271,11 +271,11 @@ async def _summarize_round(
         batch_retry, batch_lines = _land(run, batch, summaries)
         retry.extend(batch_retry)
         lines.extend(batch_lines)
-    return retry, _stage(run, lines)
+    return retry, stage(run, lines)
 
 
 def _land(
-    run: _Run, batch: list[Task], summaries: list[Summary]
+    run: Run, batch: list[Task], summaries: list[Summary]
 ) -> tuple[list[Task], list[LineWritten]]:
     """The lines of the valid replies, and the tasks whose reply may not land."""
     by_address: dict[Address, list[Summary]] = {}
@@ -303,7 +303,7 @@ def _land(
     return retry, lines
 
 
-def _model_line(run: _Run, task: Task, text: str, summary: Summary) -> LineWritten:
+def _model_line(run: Run, task: Task, text: str, summary: Summary) -> LineWritten:
     if isinstance(task, LeafTask):
         message = run.store.message(run.stream, task.address.start)
         assert message is not None
@@ -321,9 +321,9 @@ def _model_line(run: _Run, task: Task, text: str, summary: Summary) -> LineWritt
             model=summary.model,
             usage=summary.usage,
         )
-    left, right = _halves_of(run, task.address)
+    left, right = halves_of(run, task.address)
     run.stats.merges_model += 1
-    return _merged_line(run, task.address, left, right, text, "model", summary)
+    return merged_line(run, task.address, left, right, text, "model", summary)
 
 
 def _task_bytes(task: Task) -> int:

@@ -184,6 +184,13 @@ class EventStore:
             found = tables.scan("ready", prefix, keys.prefix_end(prefix))
             return [keys.address_of_line_key(key) for key, _ in found]
 
+    def stale(self, stream: StreamId) -> list[tuple[int, int]]:
+        """Lines whose text is wrong now (erased or edited messages under them), lowest first."""
+        prefix = keys.stream_prefix(stream)
+        with self.backend.reading() as tables:
+            found = tables.scan("stale", prefix, keys.prefix_end(prefix))
+            return [keys.address_of_line_key(key) for key, _ in found]
+
     def sizes_newest_first(self, stream: StreamId, stop: int) -> Iterator[tuple[int, int]]:
         """(index, rendered bytes) of messages from the newest back to `stop`."""
         meta = self.meta(stream)
