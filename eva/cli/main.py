@@ -18,6 +18,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "eva.cli.cmd_build",
     "eva.cli.cmd_memory",
     "eva.cli.cmd_demo",
+    "eva.cli.cmd_serve",
+    "eva.cli.cmd_status",
 )
 
 

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -23,6 +24,7 @@ T = TypeVar("T")
 
 INITIAL_MAP_BYTES = 64 * 1024 * 1024
 DATA_FILE = "data.mdb"
+COMPACT_DIR = "compacting"
 
 _open_lock = threading.Lock()
 _open_backends: dict[str, LmdbBackend] = {}
@@ -61,6 +63,14 @@ class LmdbBackend:
     def __init__(self, path: Path, map_bytes: int = INITIAL_MAP_BYTES) -> None:
         path.mkdir(parents=True, exist_ok=True)
         self.path = path
+        shutil.rmtree(path / COMPACT_DIR, ignore_errors=True)  # a copy a crash left unfinished
+        self._write_lock = threading.Lock()
+        self.commits = 0
+        self.map_grown = 0
+        self._open(map_bytes)
+
+    def _open(self, map_bytes: int) -> None:
+        path = self.path
         self.env = lmdb.open(
             str(path),
             map_size=max(map_bytes, _file_bytes(path)),
@@ -74,9 +84,6 @@ class LmdbBackend:
         self.dbs: dict[Table, Any] = {
             table: self.env.open_db(table.encode()) for table in ALL_TABLES
         }
-        self._write_lock = threading.Lock()
-        self.commits = 0
-        self.map_grown = 0
 
     @contextmanager
     def reading(self) -> Iterator[Tables]:
@@ -105,6 +112,28 @@ class LmdbBackend:
         self.env.set_mapsize(size * 2)
         self.map_grown += 1
 
+    def compact(self) -> tuple[int, int]:
+        """Rewrite the data file by a compacting copy that replaces it atomically.
+
+        LMDB keeps the old bytes of rewritten values in freed pages; the copy
+        holds only live pages. The caller pauses every writer; reads taken
+        before this call must be finished. Returns the file size before and after.
+        """
+        with self._write_lock:
+            before = _file_bytes(self.path)
+            target = self.path / COMPACT_DIR
+            shutil.rmtree(target, ignore_errors=True)
+            target.mkdir()
+            self.env.copy(str(target), compact=True)
+            _fsync_file(target / DATA_FILE)
+            map_size = self.map_bytes()
+            self.env.close()
+            os.replace(target / DATA_FILE, self.path / DATA_FILE)
+            _fsync_dir(self.path)
+            shutil.rmtree(target, ignore_errors=True)
+            self._open(map_size)
+            return before, _file_bytes(self.path)
+
     def map_bytes(self) -> int:
         size: int = self.env.info()["map_size"]
         return size
@@ -124,6 +153,19 @@ def open_backend(path: Path | str, map_bytes: int = INITIAL_MAP_BYTES) -> LmdbBa
             backend = LmdbBackend(Path(resolved), map_bytes)
             _open_backends[resolved] = backend
         return backend
+
+
+def _fsync_file(path: Path) -> None:
+    with open(path, "rb") as handle:
+        os.fsync(handle.fileno())
+
+
+def _fsync_dir(path: Path) -> None:
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
 
 
 def _file_bytes(path: Path) -> int:

@@ -1,0 +1,140 @@
+# Forget planning: whose messages go, which stored events must lose their words, what to prove.
+#
+# Pure: it reads the projections through the `Tables` protocol and returns
+# values; it never writes, and never keeps a person's words anywhere but in the
+# values it returns to the caller, who holds them in memory only.
+# Invariants: a rewritten event keeps its tag, sequence number, indexes, ids
+# and times, so the stream stays replayable and replay still equals the live
+# projections; only words (texts, names, attachment names) and the author ids
+# of superseded lines are removed.
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+
+import msgspec
+
+from eva.core import keys
+from eva.core.events import AnyEvent, LineWritten, MessageEdited, MessagePosted, decode_event
+from eva.core.keys import StreamId
+from eva.core.projection import Tables
+from eva.core.state import MessageSlot, decode_line_slot, decode_slot
+
+_PEPPER = b"eva-forget-v1:"
+PROOF_MIN_BYTES = 8
+
+
+def person_hash(person_id: int) -> str:
+    """The id a forget is recorded under: a hash of the Discord user id, never the id itself."""
+    return hashlib.sha256(_PEPPER + str(person_id).encode()).hexdigest()[:24]
+
+
+class PersonMessages(msgspec.Struct, frozen=True):
+    """A person's messages in one stream: their indexes, and their texts (to prove erasure)."""
+
+    indexes: tuple[int, ...]
+    texts: tuple[str, ...]
+
+
+def person_messages(tables: Tables, stream: StreamId, person: str) -> PersonMessages:
+    """The not yet erased messages of the person whose hash is `person`."""
+    prefix = keys.stream_prefix(stream)
+    indexes: list[int] = []
+    texts: list[str] = []
+    hashes: dict[int, str] = {}
+    for key, data in tables.scan("messages", prefix, keys.prefix_end(prefix)):
+        slot = decode_slot(data)
+        if slot.deleted:
+            continue
+        posted = _event(tables, stream, slot.posted_seq)
+        assert isinstance(posted, MessagePosted)
+        author = hashes.get(posted.author_id)
+        if author is None:
+            author = hashes[posted.author_id] = person_hash(posted.author_id)
+        if author != person:
+            continue
+        indexes.append(keys.seq_of(key))
+        for text in _texts_of(tables, stream, slot.posted_seq, slot.content_seq):
+            texts.append(text)
+    return PersonMessages(tuple(indexes), tuple(texts))
+
+
+def _texts_of(tables: Tables, stream: StreamId, posted_seq: int, content_seq: int) -> Iterator[str]:
+    for seq in dict.fromkeys((posted_seq, content_seq)):
+        event = _event(tables, stream, seq)
+        if isinstance(event, MessagePosted | MessageEdited):
+            yield event.content
+            yield from event.attachments
+
+
+def _event(tables: Tables, stream: StreamId, seq: int) -> AnyEvent:
+    data = tables.get("events", keys.event_key(stream, seq))
+    if data is None:
+        raise LookupError(f"{stream}: event {seq} is missing")
+    return decode_event(data)
+
+
+def purge_plan(tables: Tables, stream: StreamId) -> Iterator[tuple[int, AnyEvent]]:
+    """The stored events that still hold words no projection uses, each without them.
+
+    That is: the texts of erased messages, old texts of edited messages, and
+    superseded lines (lines made again after a forget, a deletion or an edit).
+    """
+    prefix = keys.stream_prefix(stream)
+    for key, data in tables.scan("events", prefix, keys.prefix_end(prefix)):
+        event = decode_event(data)
+        seq = keys.seq_of(key)
+        cleaned = _cleaned(tables, stream, seq, event)
+        if cleaned is not None:
+            yield seq, cleaned
+
+
+def _cleaned(tables: Tables, stream: StreamId, seq: int, event: AnyEvent) -> AnyEvent | None:
+    match event:
+        case MessagePosted():
+            slot = _slot(tables, stream, event.index)
+            if slot.deleted:
+                wordless = msgspec.structs.replace(
+                    event, author_name="", content="", attachments=(), reply_to=None
+                )
+            elif slot.content_seq != seq:
+                wordless = msgspec.structs.replace(event, content="", attachments=())
+            else:
+                return None
+            return None if wordless == event else wordless
+        case MessageEdited():
+            slot = _slot(tables, stream, event.index)
+            if slot.deleted or slot.content_seq != seq:
+                blank = msgspec.structs.replace(event, content="", attachments=())
+                return None if blank == event else blank
+            return None
+        case LineWritten():
+            data = tables.get("lines", keys.line_key(stream, event.start, event.size))
+            current = data is not None and decode_line_slot(data).seq == seq
+            if current or (not event.text and not event.authors):
+                return None
+            return msgspec.structs.replace(event, text="", authors=())
+        case _:
+            return None
+
+
+def _slot(tables: Tables, stream: StreamId, index: int) -> MessageSlot:
+    data = tables.get("messages", keys.message_key(stream, index))
+    if data is None:
+        raise LookupError(f"{stream}: no message at index {index}")
+    return decode_slot(data)
+
+
+def proof_texts(forgotten: list[str], surviving: list[str]) -> list[str]:
+    """The forgotten texts a file scan can look for without false alarms.
+
+    Texts under PROOF_MIN_BYTES are too common to prove anything, and a text
+    that someone else also wrote (it appears in a surviving message) may
+    rightly stay; the rest must appear nowhere.
+    """
+    haystack = "\0".join(surviving)
+    found = []
+    for text in dict.fromkeys(t.strip() for t in forgotten):
+        if len(text.encode()) >= PROOF_MIN_BYTES and text not in haystack:
+            found.append(text)
+    return found

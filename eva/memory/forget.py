@@ -1,0 +1,218 @@
+# Forget me: erase a person's messages and every line made from them, for real, and prove it.
+#
+# Shell: drives the steps over a store. Per channel (inside the channel's
+# actor when the bot runs): the tombstone, the erased slots, the stale lines
+# made again, the row published again. Then for the whole data directory: the
+# stored events rewritten without the words, the compacting copy (writes
+# paused), the scan of every file for the person's texts, and the audit record.
+# Invariants: every step can run again after a crash with the same end state;
+# the person's texts live only in this process's memory while it runs; a scan
+# that finds anything is a loud failure, and the forget then stays pending.
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from eva.core.events import ForgetApplied, ForgetBy, ForgetRequested, MessagesErased
+from eva.core.forget import person_messages, proof_texts
+from eva.core.keys import StreamId
+from eva.core.settings import MemorySettings
+from eva.core.summarize import Summarizer
+from eva.memory.compress import Append
+from eva.memory.publish import LineSizes, publish
+from eva.memory.remake import OFFLINE_FALLBACK, remake
+from eva.memory.view import channel_zone
+from eva.store.erasure import ScanReport, purge_stream, scan_files
+from eva.store.event_store import EventStore, read_message
+from eva.store.lmdb_kv import LmdbBackend
+
+log = logging.getLogger(__name__)
+
+Pause = Callable[[], AbstractAsyncContextManager[None]]
+
+
+class ErasureFailed(RuntimeError):
+    """Words of a forgotten person were still found after the forget: never a quiet failure."""
+
+
+@dataclass(slots=True)
+class StreamErased:
+    """What erasing one person did in one channel."""
+
+    stream: StreamId
+    messages: int = 0
+    lines: int = 0
+    model_tasks: int = 0
+    texts: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class ForgetReport:
+    """What a forget did, for the person asking and for the audit (no content)."""
+
+    person_hash: str
+    channels: list[str] = field(default_factory=list)
+    messages_erased: int = 0
+    lines_remade: int = 0
+    model_tasks: int = 0
+    events_rewritten: int = 0
+    texts_checked: int = 0
+    leftover_hits: int = 0
+    data_bytes_before: int = 0
+    data_bytes_after: int = 0
+    erase_s: float = 0.0
+    purge_s: float = 0.0
+    compact_s: float = 0.0
+    scan_s: float = 0.0
+
+
+async def erase_in_stream(
+    store: EventStore,
+    stream: StreamId,
+    person: str,
+    by: ForgetBy,
+    summarizer: Summarizer,
+    append: Append,
+    settings: MemorySettings,
+    now_ms: int,
+    sizes: LineSizes | None = None,
+) -> StreamErased | None:
+    """Erase the person's messages in one channel and remake the lines above them.
+
+    None when the channel holds nothing of the person and no forget of theirs
+    is pending there. Safe to run again: what is done is not done twice.
+    """
+    meta = store.meta(stream)
+    if meta is None:
+        return None
+    with store.backend.reading() as tables:
+        found = person_messages(tables, stream, person)
+    if not found.indexes and person not in meta.forgetting:
+        return None
+    result = StreamErased(stream, len(found.indexes), texts=list(found.texts))
+    if person not in meta.forgetting:
+        await append(stream, [ForgetRequested(at_ms=now_ms, person_hash=person, by=by)])
+    if found.indexes:
+        await append(
+            stream, [MessagesErased(at_ms=now_ms, person_hash=person, indexes=found.indexes)]
+        )
+    stats = await remake(
+        store, stream, summarizer, append, settings, now_ms, fallback=OFFLINE_FALLBACK
+    )
+    result.lines = (
+        stats.leaves_verbatim + stats.merges_glue + stats.leaves_model + stats.merges_model
+    )
+    result.model_tasks = stats.leaves_model + stats.merges_model
+    remade = store.meta(stream)
+    if remade is not None and remade.row_seq >= 0:
+        sizes = sizes if sizes is not None else LineSizes()
+        sizes.sizes.clear()
+        tz = channel_zone(remade, settings)
+        await publish(store, stream, append, settings, now_ms, "forget", tz, sizes)
+    return result
+
+
+def surviving_texts(store: EventStore) -> list[str]:
+    """The texts of every message still stored, of everyone, in every channel."""
+    texts: list[str] = []
+    for meta in store.streams():
+        stream = StreamId(meta.guild_id, meta.channel_id)
+        with store.backend.reading() as tables:
+            for index in range(meta.messages):
+                message = read_message(tables, stream, index)
+                if message is not None and not message.deleted:
+                    texts.append(message.content)
+                    texts.extend(message.attachments)
+    return texts
+
+
+@asynccontextmanager
+async def no_pause() -> AsyncIterator[None]:
+    """For a process with no other writer."""
+    yield
+
+
+async def finish_forget(
+    store: EventStore,
+    data_dir: Path,
+    person: str,
+    erased: Sequence[StreamErased],
+    append: Append,
+    pause: Pause,
+    now_ms: int,
+    report: ForgetReport,
+) -> ForgetReport:
+    """Rewrite the log without the words, compact the file, prove it, and record the forget."""
+    started = time.perf_counter()
+    streams = [e.stream for e in erased]
+    async with pause():
+        for stream in streams:
+            report.events_rewritten += purge_stream(store, stream)
+        report.purge_s = time.perf_counter() - started
+        started = time.perf_counter()
+        backend = store.backend
+        if isinstance(backend, LmdbBackend):
+            report.data_bytes_before, report.data_bytes_after = backend.compact()
+        report.compact_s = time.perf_counter() - started
+    started = time.perf_counter()
+    forgotten = [text for e in erased for text in e.texts]
+    texts = proof_texts(forgotten, surviving_texts(store))
+    scan: ScanReport = scan_files(data_dir, texts)
+    report.scan_s = time.perf_counter() - started
+    report.texts_checked, report.leftover_hits = scan.texts, scan.hits
+    if scan.hits:
+        raise ErasureFailed(
+            f"forget of {person}: {scan.texts_found} of {scan.texts} texts still found "
+            f"({scan.hits} times) in {data_dir}; the forget stays pending"
+        )
+    for e in erased:
+        await append(
+            e.stream,
+            [ForgetApplied(at_ms=now_ms, person_hash=person, messages=e.messages, lines=e.lines)],
+        )
+    return report
+
+
+async def forget(
+    store: EventStore,
+    data_dir: Path,
+    person: str,
+    streams: Sequence[StreamId],
+    by: ForgetBy,
+    summarizer: Summarizer,
+    append: Append,
+    settings: MemorySettings,
+    now_ms: int,
+    pause: Pause = no_pause,
+) -> ForgetReport:
+    """The whole forget of one person over `streams`, in one process with no other writer."""
+    report = ForgetReport(person)
+    started = time.perf_counter()
+    erased = []
+    for stream in streams:
+        result = await erase_in_stream(
+            store, stream, person, by, summarizer, append, settings, now_ms
+        )
+        if result is not None:
+            erased.append(result)
+            report.channels.append(str(stream))
+            report.messages_erased += result.messages
+            report.lines_remade += result.lines
+            report.model_tasks += result.model_tasks
+    report.erase_s = time.perf_counter() - started
+    if not erased:
+        return report
+    return await finish_forget(store, data_dir, person, erased, append, pause, now_ms, report)
+
+
+def pending_forgets(store: EventStore) -> dict[str, list[StreamId]]:
+    """Forgets a crash left unfinished: person hash -> the channels where it is pending."""
+    pending: dict[str, list[StreamId]] = {}
+    for meta in store.streams():
+        for person in meta.forgetting:
+            pending.setdefault(person, []).append(StreamId(meta.guild_id, meta.channel_id))
+    return pending

@@ -1,0 +1,149 @@
+"""Forget me: a person's words leave every byte of the data directory; nobody else loses anything."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from eva.core.events import LineWritten, MessagePosted
+from eva.core.forget import person_hash
+from eva.core.keys import StreamId
+from eva.core.settings import KIB, MemorySettings
+from eva.core.summarize import OfflineSummarizer
+from eva.memory.build import Memory
+from eva.memory.forget import forget
+from eva.memory.view import memory_text, recall
+from eva.store.event_store import Appended, EventStore
+from eva.store.lmdb_kv import open_backend
+from eva.store.replay import replay_stream
+
+SETTINGS = MemorySettings(
+    compress_at_bytes=4 * KIB,
+    tail_keep_bytes=1 * KIB,
+    overflow_tail_bytes=8 * KIB,
+    row_high_bytes=6 * KIB,
+    row_low_bytes=3 * KIB,
+)
+PEOPLE = {101: "Ann", 202: "Bo", 303: "Cy", 404: "Dee"}
+STREAMS = (StreamId(9, 1), StreamId(9, 2))
+
+
+def marker(person: int, number: int) -> str:
+    return f"mk{person}x{number:04d}zq"
+
+
+def chat(stream: StreamId, count: int) -> list[MessagePosted]:
+    people = list(PEOPLE)
+    posts = []
+    for i in range(count):
+        person = people[(i * 7 + i // 3) % len(people)]
+        filler = "word " * (3 + i % 5) if i % 11 else "long " * 130  # some too long for a leaf
+        posts.append(
+            MessagePosted(
+                at_ms=1_700_000_000_000 + i * 60_000,
+                index=i,
+                message_id=stream.channel_id * 100_000 + i,
+                author_id=person,
+                author_name=PEOPLE[person],
+                content=f"{marker(person, i)} {filler}",
+                attachments=(f"{marker(person, i)}.png",) if i % 13 == 0 else (),
+            )
+        )
+    return posts
+
+
+def markers_in_files(directory: Path, markers: list[str]) -> set[str]:
+    blob = b"".join(
+        (Path(root) / name).read_bytes() for root, _, names in os.walk(directory) for name in names
+    )
+    return {m for m in markers if m.encode() in blob}
+
+
+async def built(tmp_path: Path) -> tuple[EventStore, dict[StreamId, list[MessagePosted]]]:
+    store = EventStore(open_backend(tmp_path))
+    posts = {stream: chat(stream, 160) for stream in STREAMS}
+    for stream in STREAMS:
+        store.append(stream, posts[stream])
+        await Memory(store, stream, OfflineSummarizer(), SETTINGS).build(1_800_000_000_000)
+    return store, posts
+
+
+async def test_forgetting_one_person_leaves_no_byte_of_their_words(tmp_path: Path) -> None:
+    store, posts = await built(tmp_path)
+    everyone = {
+        p: [marker(p, m.index) for s in STREAMS for m in posts[s] if m.author_id == p]
+        for p in PEOPLE
+    }
+    lines = [e for s in STREAMS for _, e in store.events(s) if isinstance(e, LineWritten)]
+    assert {line.how for line in lines} == {"verbatim", "glue", "model"}
+    # The test can fail: before the forget, Bo's markers are in the raw files.
+    assert markers_in_files(tmp_path, everyone[202]) == set(everyone[202])
+
+    async def append(stream: StreamId, events: list) -> Appended:  # type: ignore[type-arg]
+        return store.append(stream, events)
+
+    report = await forget(
+        store,
+        tmp_path,
+        person_hash(202),
+        STREAMS,
+        "self",
+        OfflineSummarizer(),
+        append,
+        SETTINGS,
+        1_800_000_100_000,
+    )
+    assert report.messages_erased == sum(len(everyone[202]) for _ in [0])
+    assert report.lines_remade > report.messages_erased
+    assert report.leftover_hits == 0
+    assert report.texts_checked > 0
+    assert report.data_bytes_after < report.data_bytes_before
+    assert markers_in_files(tmp_path, everyone[202]) == set()
+    for person in (101, 303, 404):
+        assert markers_in_files(tmp_path, everyone[person]) == set(everyone[person])
+    for stream in STREAMS:
+        assert replay_stream(store, stream).ok
+        meta = store.meta(stream)
+        assert meta is not None
+        assert meta.stale == 0 and meta.forgetting == []
+        for post in posts[stream]:
+            message = store.message(stream, post.index)
+            assert message is not None
+            assert message.deleted == (post.author_id == 202)
+            if post.author_id != 202:
+                assert message.content == post.content
+        block = memory_text(store, stream, SETTINGS)
+        assert "mk202x" not in block and "Bo:" not in block
+        assert "mk101x" in block or "Ann" in block
+        assert recall(store, stream, marker(202, 0), SETTINGS).total == 0
+        kept = recall(store, stream, marker(101, posts[stream][0].index), SETTINGS)
+        assert kept.total >= 0
+
+
+async def test_forget_is_harmless_twice_and_for_strangers(tmp_path: Path) -> None:
+    store, _ = await built(tmp_path)
+
+    async def append(stream: StreamId, events: list) -> Appended:  # type: ignore[type-arg]
+        return store.append(stream, events)
+
+    first = await forget(
+        store, tmp_path, person_hash(303), STREAMS, "self", OfflineSummarizer(), append, SETTINGS, 1
+    )
+    assert first.messages_erased > 0
+    positions = [store.meta(s).position for s in STREAMS]  # type: ignore[union-attr]
+    again = await forget(
+        store, tmp_path, person_hash(303), STREAMS, "self", OfflineSummarizer(), append, SETTINGS, 2
+    )
+    assert again.messages_erased == 0 and again.channels == []
+    assert [store.meta(s).position for s in STREAMS] == positions  # type: ignore[union-attr]
+    stranger = await forget(
+        store, tmp_path, person_hash(999), STREAMS, "self", OfflineSummarizer(), append, SETTINGS, 3
+    )
+    assert stranger.channels == [] and stranger.messages_erased == 0
+
+
+def test_person_hash_is_stable_and_tells_people_apart() -> None:
+    assert person_hash(202) == person_hash(202)
+    assert person_hash(202) != person_hash(203)
+    assert len(person_hash(202)) == 24
+    int(person_hash(202), 16)
