@@ -1,4 +1,4 @@
-"""Forget me: a person's words leave every byte of the data directory; nobody else loses anything."""
+"""Forget me: a person's words leave every byte of the data directory; nobody else loses."""
 
 from __future__ import annotations
 
