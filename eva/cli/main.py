@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -18,6 +19,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "eva.cli.cmd_build",
     "eva.cli.cmd_memory",
     "eva.cli.cmd_demo",
+    "eva.cli.cmd_forget",
     "eva.cli.cmd_serve",
     "eva.cli.cmd_status",
 )
@@ -50,6 +52,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"eva {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader of our output went away (`| head`)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     return status
 
 

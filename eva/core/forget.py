@@ -29,18 +29,10 @@ def person_hash(person_id: int) -> str:
     return hashlib.sha256(_PEPPER + str(person_id).encode()).hexdigest()[:24]
 
 
-class PersonMessages(msgspec.Struct, frozen=True):
-    """A person's messages in one stream: their indexes, and their texts (to prove erasure)."""
-
-    indexes: tuple[int, ...]
-    texts: tuple[str, ...]
-
-
-def person_messages(tables: Tables, stream: StreamId, person: str) -> PersonMessages:
-    """The not yet erased messages of the person whose hash is `person`."""
+def person_messages(tables: Tables, stream: StreamId, person: str) -> tuple[int, ...]:
+    """The indexes of the not yet erased messages of the person whose hash is `person`."""
     prefix = keys.stream_prefix(stream)
     indexes: list[int] = []
-    texts: list[str] = []
     hashes: dict[int, str] = {}
     for key, data in tables.scan("messages", prefix, keys.prefix_end(prefix)):
         slot = decode_slot(data)
@@ -54,17 +46,33 @@ def person_messages(tables: Tables, stream: StreamId, person: str) -> PersonMess
         if author != person:
             continue
         indexes.append(keys.seq_of(key))
-        for text in _texts_of(tables, stream, slot.posted_seq, slot.content_seq):
-            texts.append(text)
-    return PersonMessages(tuple(indexes), tuple(texts))
+    return tuple(indexes)
 
 
-def _texts_of(tables: Tables, stream: StreamId, posted_seq: int, content_seq: int) -> Iterator[str]:
-    for seq in dict.fromkeys((posted_seq, content_seq)):
-        event = _event(tables, stream, seq)
-        if isinstance(event, MessagePosted | MessageEdited):
-            yield event.content
-            yield from event.attachments
+def stored_texts(tables: Tables, stream: StreamId, person: str) -> list[str]:
+    """Every text of the person still held by a stored event (posts and edits, live or not).
+
+    Run before the log is rewritten, this is what a forget must prove gone;
+    after a crash it still finds what the interrupted forget had not erased.
+    """
+    prefix = keys.stream_prefix(stream)
+    theirs: set[int] = set()
+    hashes: dict[int, str] = {}
+    texts: list[str] = []
+    for _, data in tables.scan("events", prefix, keys.prefix_end(prefix)):
+        event = decode_event(data)
+        if isinstance(event, MessagePosted):
+            author = hashes.get(event.author_id)
+            if author is None:
+                author = hashes[event.author_id] = person_hash(event.author_id)
+            if author != person:
+                continue
+            theirs.add(event.index)
+        elif not (isinstance(event, MessageEdited) and event.index in theirs):
+            continue
+        texts.append(event.content)
+        texts.extend(event.attachments)
+    return [text for text in texts if text]
 
 
 def _event(tables: Tables, stream: StreamId, seq: int) -> AnyEvent:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from eva.core.events import ForgetApplied, ForgetBy, ForgetRequested, MessagesErased
-from eva.core.forget import person_messages, proof_texts
+from eva.core.forget import person_messages, proof_texts, stored_texts
 from eva.core.keys import StreamId
 from eva.core.settings import MemorySettings
 from eva.core.summarize import Summarizer
@@ -90,16 +90,15 @@ async def erase_in_stream(
     if meta is None:
         return None
     with store.backend.reading() as tables:
-        found = person_messages(tables, stream, person)
-    if not found.indexes and person not in meta.forgetting:
-        return None
-    result = StreamErased(stream, len(found.indexes), texts=list(found.texts))
+        indexes = person_messages(tables, stream, person)
+        if not indexes and person not in meta.forgetting:
+            return None
+        texts = stored_texts(tables, stream, person)
+    result = StreamErased(stream, len(indexes), texts=texts)
     if person not in meta.forgetting:
         await append(stream, [ForgetRequested(at_ms=now_ms, person_hash=person, by=by)])
-    if found.indexes:
-        await append(
-            stream, [MessagesErased(at_ms=now_ms, person_hash=person, indexes=found.indexes)]
-        )
+    if indexes:
+        await append(stream, [MessagesErased(at_ms=now_ms, person_hash=person, indexes=indexes)])
     stats = await remake(
         store, stream, summarizer, append, settings, now_ms, fallback=OFFLINE_FALLBACK
     )

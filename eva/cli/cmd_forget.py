@@ -1,0 +1,177 @@
+# `eva forget` and `eva verify-erased`: erase a person for real, and check files for texts.
+#
+# Run `eva forget` while no bot process has the data directory open (the bot
+# has /forget-me for that): the compacting copy replaces the data file.
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import msgspec
+import trio
+
+from eva.cli.common import (
+    UserError,
+    add_data_option,
+    add_json_option,
+    add_settings_option,
+    load_settings,
+    open_store,
+    print_json,
+)
+from eva.core.events import AnyEvent, ForgetBy
+from eva.core.forget import person_hash
+from eva.core.keys import StreamId
+from eva.core.settings import MemorySettings
+from eva.core.summarize import OfflineSummarizer
+from eva.memory.forget import ErasureFailed, ForgetReport, forget, pending_forgets
+from eva.store.erasure import scan_files
+from eva.store.event_store import Appended, EventStore
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "forget",
+        help="erase a person's messages and every line made from them, for real",
+        description=(
+            "Append a tombstone, erase the person's messages (indexes stay), make every "
+            "line above them again, rewrite the log without their words, compact the data "
+            "file, and scan every file for their texts: the forget fails loudly unless "
+            "none is found. Finishes forgets a crash left pending first. Run it while no "
+            "bot process uses the data directory."
+        ),
+    )
+    parser.add_argument("--user", type=int, help="the person's Discord user id")
+    parser.add_argument("--guild", type=int, help="only this guild (default: every guild)")
+    parser.add_argument(
+        "--by", choices=["self", "moderator"], default="self", help="who asked (for the audit)"
+    )
+    parser.add_argument(
+        "--eva-id",
+        type=int,
+        default=int(os.environ.get("EVA_USER_ID", "0") or 0),
+        help="Eva's own user id (default $EVA_USER_ID); Eva cannot forget herself",
+    )
+    parser.add_argument("--resume", action="store_true", help="only finish pending forgets")
+    add_data_option(parser)
+    add_settings_option(parser)
+    add_json_option(parser)
+    parser.set_defaults(run=run_forget)
+
+    verify = subparsers.add_parser(
+        "verify-erased",
+        help="scan every file of a data directory for texts that must be gone",
+        description=(
+            "Read TEXTS (one text per line, UTF-8) and count how often each appears in "
+            "any byte of any file under the data directory. Exits 1 if any is found."
+        ),
+    )
+    verify.add_argument("--texts", type=Path, required=True, help="file with one text per line")
+    add_data_option(verify)
+    add_json_option(verify)
+    verify.set_defaults(run=run_verify)
+
+
+def run_forget(args: argparse.Namespace) -> int:
+    if args.user is None and not args.resume:
+        raise UserError("say whom to forget with --user ID (or --resume to finish pending ones)")
+    if args.user is not None and args.user <= 0:
+        raise UserError(f"--user must be a Discord user id (a positive number), not {args.user}")
+    if args.user is not None and args.eva_id and args.user == args.eva_id:
+        raise UserError(
+            "that is Eva's own id: Eva cannot forget herself. Her replies are part of each "
+            "channel's memory; a moderator can delete single messages of hers in Discord."
+        )
+    settings = load_settings(args.settings)
+    store = open_store(args.data)
+    reports: list[ForgetReport] = []
+    try:
+        for person, streams in pending_forgets(store).items():
+            reports.append(_run(store, args.data, person, streams, "self", settings))
+        if args.user is not None:
+            streams = [
+                StreamId(m.guild_id, m.channel_id)
+                for m in store.streams()
+                if args.guild is None or m.guild_id == args.guild
+            ]
+            if args.guild is not None and not streams:
+                raise UserError(f"no channel of guild {args.guild} in this data directory")
+            reports.append(
+                _run(store, args.data, person_hash(args.user), streams, args.by, settings)
+            )
+    except ErasureFailed as failure:
+        raise UserError(f"ERASURE FAILED: {failure}") from None
+    if args.json:
+        print_json({"forgets": [msgspec.to_builtins(r) for r in reports]})
+        return 0
+    if not reports:
+        print("no forget was pending")
+    for report in reports:
+        print(_describe(report, args.user))
+    return 0
+
+
+def _run(
+    store: EventStore,
+    data: Path,
+    person: str,
+    streams: list[StreamId],
+    by: ForgetBy,
+    settings: MemorySettings,
+) -> ForgetReport:
+    async def append(stream: StreamId, events: Sequence[AnyEvent]) -> Appended:
+        return store.append(stream, events)
+
+    async def main() -> ForgetReport:
+        return await forget(
+            store,
+            data,
+            person,
+            streams,
+            by,
+            OfflineSummarizer(),
+            append,
+            settings,
+            int(time.time() * 1000),
+        )
+
+    return trio.run(main)
+
+
+def _describe(report: ForgetReport, user: int | None) -> str:
+    if not report.channels:
+        who = f"user {user}" if user is not None else f"person {report.person_hash}"
+        return f"{who}: no messages stored in the selected channels; nothing to forget"
+    seconds = report.erase_s + report.purge_s + report.compact_s + report.scan_s
+    return (
+        f"forgot person {report.person_hash} in {len(report.channels)} channels: "
+        f"{report.messages_erased} messages erased, {report.lines_remade} lines made again, "
+        f"{report.events_rewritten} stored events rewritten; data file "
+        f"{report.data_bytes_before:,} -> {report.data_bytes_after:,} bytes; "
+        f"{report.texts_checked} texts checked in every file: {report.leftover_hits} found "
+        f"({seconds:.1f} s)"
+    )
+
+
+def run_verify(args: argparse.Namespace) -> int:
+    try:
+        texts = [line for line in args.texts.read_text(encoding="utf-8").splitlines() if line]
+    except FileNotFoundError:
+        raise UserError(f"no file at {args.texts}") from None
+    except UnicodeDecodeError as error:
+        raise UserError(f"{args.texts} is not UTF-8 text: {error}") from None
+    if not args.data.is_dir():
+        raise UserError(f"no data directory at {args.data}")
+    report = scan_files(args.data, texts)
+    if args.json:
+        print_json(msgspec.to_builtins(report))
+    else:
+        verdict = "none found" if not report.hits else f"FOUND {report.hits} times"
+        print(
+            f"{report.texts} texts checked in {report.files} files ({report.bytes:,} bytes): "
+            f"{verdict}" + (f" ({report.texts_found} distinct texts)" if report.hits else "")
+        )
+    return 1 if report.hits else 0
