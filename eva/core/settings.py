@@ -66,11 +66,14 @@ class LiveSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     """After a run that could not finish, wait this long before the next..."""
     retry_most_seconds: float = 600.0
     """...doubling each time, up to this."""
+    purge_delay_seconds: float = 600.0
+    """Deleted and edited texts leave the data file this long after the last deletion."""
 
     def check(self) -> LiveSettings:
         """The settings themselves, or ValueError naming the first that makes no sense."""
         for name in ("idle_seconds", "inbox_capacity", "writer_capacity",
-                     "model_timeout_seconds", "retry_first_seconds", "retry_most_seconds"):
+                     "model_timeout_seconds", "retry_first_seconds", "retry_most_seconds",
+                     "purge_delay_seconds"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
         return self

@@ -30,10 +30,22 @@ from eva.core.settings import LiveSettings, MemorySettings
 from eva.core.state import StreamMeta
 from eva.core.summarize import Summarizer
 from eva.core.timing import compression_due, publish_reason
-from eva.live.inputs import ChannelInput, Delete, Describe, Edit, GetPrompt, Post, Recall, Zoom
+from eva.live.inputs import (
+    ChannelInput,
+    Delete,
+    Describe,
+    Edit,
+    ForgetHere,
+    GetPrompt,
+    Post,
+    Recall,
+    Zoom,
+)
 from eva.live.writer import Writer
 from eva.memory.compress import CompressStats, compress, run_cutoff
+from eva.memory.forget import StreamErased, erase_in_stream
 from eva.memory.publish import LineSizes, publish
+from eva.memory.remake import remake
 from eva.memory.view import RowText, channel_zone, recall, row_lines, tail_messages, zoom
 from eva.store.event_store import Appended, EventStore
 
@@ -74,6 +86,7 @@ class Shared:
     tasks_done: int = 0
     runs_failed: int = 0
     crashes: int = 0
+    purge_later: Callable[[StreamId, list[str]], None] = lambda stream, texts: None
 
 
 @dataclass(slots=True)
@@ -100,6 +113,10 @@ class ChannelActor:
         self.sizes = LineSizes()
         self.tail = _Tail()
         self.stopped = False
+        self._quiet_timer_for = -math.inf
+        self._compress_scope = trio.CancelScope()
+        self._compress_idle = trio.Event()
+        self._compress_idle.set()
 
     # -- the loop -------------------------------------------------------------
 
@@ -107,41 +124,47 @@ class ChannelActor:
         """Serve inputs until idle with nothing pending; then call `on_sleep` and return."""
         await self._wake()
         async with self.receive:
-            while True:
-                deadline = self._next_deadline()
+            while not self._may_sleep():
                 request = None
-                with trio.move_on_at(deadline):
+                with trio.move_on_at(self._next_deadline()):
                     request = await self.receive.receive()
                 if request is not None:
                     await self._serve(request)
-                    continue
-                await self._on_timer()
-                if self._may_sleep():
-                    on_sleep(self)  # no await between the check and leaving the registry
-                    self.stopped = True
-                    return
+                else:
+                    await self._on_timer()
+            on_sleep(self)  # no await between the check and leaving the registry
+            self.stopped = True
 
     def _may_sleep(self) -> bool:
         stats = self.receive.statistics()
         idle = trio.current_time() - self.last_input >= self.shared.live.idle_seconds
-        meta = self._meta()
-        publish_pending = meta is not None and meta.leaf_frontier > meta.row_frontier
         return (
             idle
             and not self.compressing
-            and not publish_pending
+            and not self._publish_pending()
             and self.retry_at == math.inf
             and stats.current_buffer_used == 0
             and stats.tasks_waiting_send == 0
         )
 
-    def _next_deadline(self) -> float:
-        quiet = self.last_input + self.shared.settings.quiet_ms / 1000
-        idle = self.last_input + self.shared.live.idle_seconds
+    def _publish_pending(self) -> bool:
         meta = self._meta()
-        if meta is not None and meta.leaf_frontier > meta.row_frontier:
-            return min(quiet, self.retry_at)
-        return min(max(idle, quiet if self.compressing else idle), self.retry_at)
+        return meta is not None and meta.leaf_frontier > meta.row_frontier
+
+    def _next_deadline(self) -> float:
+        """The next timer: a retry, the quiet publish (once per quiet spell), going idle.
+
+        Only future deadlines count, so a timer never fires twice for one thing;
+        compression finishing and new inputs wake the actor through its inbox.
+        """
+        now = trio.current_time()
+        deadlines = [self.retry_at]
+        if self._publish_pending() and self._quiet_timer_for != self.last_input:
+            deadlines.append(self.last_input + self.shared.settings.quiet_ms / 1000)
+        idle = self.last_input + self.shared.live.idle_seconds
+        if idle > now:
+            deadlines.append(idle)
+        return min(deadlines)
 
     async def _wake(self) -> None:
         """Resume what the projections say is unfinished: a publish due, compression due."""
@@ -156,9 +179,12 @@ class ChannelActor:
         self._maybe_compress(force=meta.ready > 0)
 
     async def _on_timer(self) -> None:
-        if trio.current_time() >= self.retry_at:
+        now = trio.current_time()
+        if now >= self.retry_at:
             self.retry_at = math.inf
             self._maybe_compress(force=True)
+        if now >= self.last_input + self.shared.settings.quiet_ms / 1000:
+            self._quiet_timer_for = self.last_input
         await self._maybe_publish()
 
     async def _serve(self, request: Request) -> None:
@@ -204,6 +230,8 @@ class ChannelActor:
                 )
             case Recall():
                 return recall(self.shared.store, self.stream, item.query, self.shared.settings)
+            case ForgetHere():
+                return await self._forget(item)
             case _:
                 assert_never(item)
 
@@ -265,10 +293,13 @@ class ChannelActor:
             ]
         )
         self.tail.start = -1
+        self.shared.purge_later(self.stream, [message.content, *message.attachments])
+        self._maybe_compress()
         return True
 
     async def _delete(self, delete: Delete) -> int:
         events: list[AnyEvent] = []
+        texts: list[str] = []
         for message_id in dict.fromkeys(delete.message_ids):
             index = self.shared.store.index_of(self.stream, message_id)
             if index is None:
@@ -277,10 +308,30 @@ class ChannelActor:
             if message is not None and not message.deleted:
                 deleted = MessageDeleted(at_ms=delete.at_ms, index=index, message_id=message_id)
                 events.append(deleted)
+                texts.extend([message.content, *message.attachments])
         if events:
             await self._write(events)
             self.tail.start = -1
+            self.shared.purge_later(self.stream, texts)
+            self._maybe_compress()
         return len(events)
+
+    async def _forget(self, item: ForgetHere) -> StreamErased | None:
+        """Erase a person here; compression is stopped first so no old text lands after."""
+        await self._stop_compression()
+        erased = await erase_in_stream(
+            self.shared.store,
+            self.stream,
+            item.person_hash,
+            item.by,
+            self.shared.summarizer,
+            self._append,
+            self.shared.settings,
+            self.shared.wall_ms(),
+            self.sizes,
+        )
+        self.tail.start = -1
+        return erased
 
     def _touch(self, at_ms: int) -> None:
         self.last_input = trio.current_time()
@@ -306,36 +357,60 @@ class ChannelActor:
         if self.compressing or self.retry_at != math.inf:
             return
         meta = self._meta()
-        if meta is None or not (force or compression_due(meta, self.shared.settings)):
+        if meta is None or not (force or meta.stale or compression_due(meta, self.shared.settings)):
             return
         self.compressing = True
+        self._compress_scope = trio.CancelScope()
+        self._compress_idle = trio.Event()
         self.shared.nursery.start_soon(self._compress)
 
     async def _compress(self) -> None:
         shared = self.shared
         stats: CompressStats | None = None
         error: BaseException | None = None
-        try:
-            meta = self._meta()
-            upto = run_cutoff(shared.store, self.stream, shared.settings)
-            if meta is not None and not compression_due(meta, shared.settings):
-                upto = meta.leaf_frontier  # only the merges left ready
-            stats = await compress(
-                shared.store,
-                self.stream,
-                shared.summarizer,
-                self._append,
-                shared.settings,
-                shared.wall_ms(),
-                upto,
-            )
-        except Exception as caught:
-            error = caught
-            log.exception("compression of %s failed", self.stream)
+        with self._compress_scope:
+            try:
+                meta = self._meta()
+                if meta is not None and meta.stale:
+                    stats = await remake(
+                        shared.store,
+                        self.stream,
+                        shared.summarizer,
+                        self._append,
+                        shared.settings,
+                        shared.wall_ms(),
+                    )
+                meta = self._meta()
+                upto = run_cutoff(shared.store, self.stream, shared.settings)
+                if meta is not None and not compression_due(meta, shared.settings):
+                    upto = meta.leaf_frontier  # only the merges left ready
+                more = await compress(
+                    shared.store,
+                    self.stream,
+                    shared.summarizer,
+                    self._append,
+                    shared.settings,
+                    shared.wall_ms(),
+                    upto,
+                )
+                if stats is None:
+                    stats = more
+                else:
+                    stats.add(more)
+            except Exception as caught:
+                error = caught
+                log.exception("compression of %s failed", self.stream)
+        self._compress_idle.set()
         request = Request(_CompressionDone(stats, error))
         if self.stopped:
             return
         await self.send.send(request)
+
+    async def _stop_compression(self) -> None:
+        """Cancel a running compression and wait until it has stopped writing."""
+        if self.compressing:
+            self._compress_scope.cancel()
+            await self._compress_idle.wait()
 
     async def _compression_done(self, done: _CompressionDone) -> None:
         self.compressing = False
@@ -350,17 +425,15 @@ class ChannelActor:
             self.retry_delay = min(self.retry_delay * 2, self.shared.live.retry_most_seconds)
         else:
             self.retry_delay = self.shared.live.retry_first_seconds
-        meta = self._meta()
-        if meta is not None and meta.tail_bytes > self.shared.settings.overflow_tail_bytes:
-            await self._maybe_publish()
+        await self._maybe_publish()
         self._maybe_compress()
 
     async def _maybe_publish(self) -> None:
         meta = self._meta()
         if meta is None:
             return
-        now_ms = int(trio.current_time() * 1000)
-        last_ms = int(self.last_input * 1000)
+        now_ms = math.ceil(trio.current_time() * 1000)
+        last_ms = math.floor(self.last_input * 1000)
         reason: PublishReason | None = publish_reason(meta, now_ms, last_ms, self.shared.settings)
         if reason is None:
             return

@@ -9,6 +9,8 @@ from typing import TypeAlias
 
 import msgspec
 
+from eva.core.events import ForgetBy
+
 
 class Post(msgspec.Struct, frozen=True, kw_only=True):
     """A message posted in the channel."""
@@ -65,4 +67,13 @@ class Recall(msgspec.Struct, frozen=True, kw_only=True):
     query: str
 
 
-ChannelInput: TypeAlias = Post | Edit | Delete | Describe | GetPrompt | Zoom | Recall
+class ForgetHere(msgspec.Struct, frozen=True, kw_only=True):
+    """Erase one person in this channel (the supervisor runs the rest of the forget)."""
+
+    person_hash: str
+    by: ForgetBy = "self"
+
+
+ChannelInput: TypeAlias = (
+    Post | Edit | Delete | Describe | GetPrompt | Zoom | Recall | ForgetHere
+)

@@ -11,19 +11,32 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import trio
 
+from eva.core.events import ForgetBy
+from eva.core.forget import person_hash, proof_texts
 from eva.core.keys import StreamId
 from eva.core.settings import LiveSettings, MemorySettings
 from eva.core.summarize import Summarizer
 from eva.core.timing import compression_due
 from eva.live.actor import ChannelActor, Request, Shared
-from eva.live.inputs import ChannelInput
+from eva.live.inputs import ChannelInput, ForgetHere
 from eva.live.models import LimitedSummarizer
 from eva.live.writer import open_writer
+from eva.memory.forget import (
+    ErasureFailed,
+    ForgetReport,
+    StreamErased,
+    finish_forget,
+    pending_forgets,
+    surviving_texts,
+)
+from eva.store.erasure import ScanReport, purge_stream, scan_files
 from eva.store.event_store import EventStore
+from eva.store.lmdb_kv import LmdbBackend
 
 log = logging.getLogger(__name__)
 
@@ -50,12 +63,17 @@ class SupervisorStatistics:
 class Supervisor:
     """Routes each input to its channel's actor, starting the actor when needed."""
 
-    def __init__(self, shared: Shared, nursery: trio.Nursery) -> None:
+    def __init__(self, shared: Shared, nursery: trio.Nursery, data_dir: Path | None) -> None:
         self.shared = shared
         self._nursery = nursery
+        self._data_dir = data_dir
         self._actors: dict[StreamId, ChannelActor] = {}
         self._woken = 0
         self._slept = 0
+        self._purge_texts: dict[StreamId, list[str]] = {}
+        self._purge_wanted = trio.Event()
+        self.last_scan: ScanReport | None = None
+        shared.purge_later = self._purge_later
 
     async def ask(self, stream: StreamId, item: ChannelInput) -> Any:
         """Send `item` to the channel's actor and wait for its answer.
@@ -112,6 +130,112 @@ class Supervisor:
                 woken += 1
         return woken
 
+    # -- forgetting -------------------------------------------------------------
+
+    async def forget(
+        self,
+        person_id: int | None = None,
+        *,
+        person: str | None = None,
+        guild_id: int | None = None,
+        by: ForgetBy = "self",
+    ) -> ForgetReport:
+        """Forget a person in every channel (of one guild, if given), and prove it.
+
+        Each channel's actor erases and remakes its own lines; then, with every
+        write paused, the log is rewritten, the file compacted and scanned.
+        Raises ErasureFailed if any of the person's texts is still found.
+        """
+        if person is None:
+            if person_id is None:
+                raise ValueError("forget needs a person id or a person hash")
+            person = person_hash(person_id)
+        store = self.shared.store
+        report = ForgetReport(person)
+        started = time.perf_counter()
+        erased: list[StreamErased] = []
+        for meta in store.streams():
+            if guild_id is not None and meta.guild_id != guild_id:
+                continue
+            stream = StreamId(meta.guild_id, meta.channel_id)
+            result = await self.ask(stream, ForgetHere(person_hash=person, by=by))
+            if result is not None:
+                erased.append(result)
+                report.channels.append(str(stream))
+                report.messages_erased += result.messages
+                report.lines_remade += result.lines
+                report.model_tasks += result.model_tasks
+        report.erase_s = time.perf_counter() - started
+        if not erased or self._data_dir is None:
+            return report
+        return await finish_forget(
+            store,
+            self._data_dir,
+            person,
+            erased,
+            self.shared.writer.append,
+            self.shared.writer.paused,
+            self.shared.wall_ms(),
+            report,
+        )
+
+    def _purge_later(self, stream: StreamId, texts: list[str]) -> None:
+        self._purge_texts.setdefault(stream, []).extend(texts)
+        self._purge_wanted.set()
+
+    async def run_purges(self) -> None:
+        """Remove deleted and edited texts from the data file a while after they go."""
+        while True:
+            await self._purge_wanted.wait()
+            await trio.sleep(self.shared.live.purge_delay_seconds)
+            self._purge_wanted = trio.Event()
+            await self.purge_now()
+
+    async def purge_now(self) -> ScanReport | None:
+        """Rewrite the log without deleted and edited texts, compact, and scan for them.
+
+        Streams whose lines are still being made again wait for the next round.
+        """
+        store = self.shared.store
+        ready = {
+            stream: texts
+            for stream, texts in self._purge_texts.items()
+            if (meta := store.meta(stream)) is not None and meta.stale == 0
+        }
+        if not ready:
+            if self._purge_texts:
+                self._purge_wanted.set()
+            return None
+        for stream in ready:
+            del self._purge_texts[stream]
+        async with self.shared.writer.paused():
+            for stream in ready:
+                purge_stream(store, stream)
+            backend = store.backend
+            if isinstance(backend, LmdbBackend):
+                backend.compact()
+        if self._data_dir is None:
+            return None
+        texts = proof_texts([t for ts in ready.values() for t in ts], surviving_texts(store))
+        scan = scan_files(self._data_dir, texts)
+        self.last_scan = scan
+        if scan.hits:
+            log.error(
+                "ERASURE FAILED: %d deleted or edited texts still found %d times in %s",
+                scan.texts_found,
+                scan.hits,
+                self._data_dir,
+            )
+        return scan
+
+    async def resume_forgets(self) -> None:
+        """Finish every forget a crash left pending."""
+        for person in pending_forgets(self.shared.store):
+            try:
+                await self.forget(person=person)
+            except ErasureFailed:
+                log.exception("a pending forget could not be finished")
+
     def statistics(self) -> SupervisorStatistics:
         writer = self.shared.writer.statistics()
         summarizer = self.shared.summarizer
@@ -137,6 +261,7 @@ async def open_supervisor(
     live: LiveSettings | None = None,
     wall_ms: Callable[[], int] = wall_clock_ms,
     resume: bool = True,
+    data_dir: Path | None = None,
 ) -> AsyncIterator[Supervisor]:
     """A running supervisor with its writer; on exit, in-flight commits finish first."""
     settings = settings or MemorySettings()
@@ -146,11 +271,17 @@ async def open_supervisor(
     )
     async with open_writer(store, live.writer_capacity) as writer, trio.open_nursery() as nursery:
         shared = Shared(store, writer, limited, settings, live, nursery, wall_ms)
-        supervisor = Supervisor(shared, nursery)
+        backend = store.backend
+        if data_dir is None and isinstance(backend, LmdbBackend):
+            data_dir = backend.path
+        supervisor = Supervisor(shared, nursery, data_dir)
+        nursery.start_soon(supervisor.run_purges)
         if resume:
             count = supervisor.resume_unfinished()
             if count:
                 log.info("resuming unfinished work in %d channels", count)
+            if pending_forgets(store):
+                nursery.start_soon(supervisor.resume_forgets)
         try:
             yield supervisor
         finally:

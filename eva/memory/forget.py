@@ -17,17 +17,24 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from eva.core.events import ForgetApplied, ForgetBy, ForgetRequested, MessagesErased
+from eva.core.events import (
+    ForgetApplied,
+    ForgetBy,
+    ForgetRequested,
+    LineWritten,
+    MessagesErased,
+)
 from eva.core.forget import person_messages, proof_texts, stored_texts
 from eva.core.keys import StreamId
+from eva.core.projection import Rejected, read_meta
 from eva.core.settings import MemorySettings
-from eva.core.summarize import Summarizer
+from eva.core.summarize import OfflineSummarizer, Summarizer
 from eva.memory.compress import Append
 from eva.memory.publish import LineSizes, publish
-from eva.memory.remake import OFFLINE_FALLBACK, remake
+from eva.memory.remake import remake
 from eva.memory.view import channel_zone
 from eva.store.erasure import ScanReport, purge_stream, scan_files
-from eva.store.event_store import EventStore, read_message
+from eva.store.event_store import Batch, EventStore, read_message
 from eva.store.lmdb_kv import LmdbBackend
 
 log = logging.getLogger(__name__)
@@ -83,26 +90,31 @@ async def erase_in_stream(
 ) -> StreamErased | None:
     """Erase the person's messages in one channel and remake the lines above them.
 
-    None when the channel holds nothing of the person and no forget of theirs
-    is pending there. Safe to run again: what is done is not done twice.
+    None when the channel holds no words of the person (not even in deleted
+    messages not yet purged) and no forget of theirs is pending there. Safe
+    to run again: what is done is not done twice.
     """
     meta = store.meta(stream)
     if meta is None:
         return None
     with store.backend.reading() as tables:
         indexes = person_messages(tables, stream, person)
-        if not indexes and person not in meta.forgetting:
-            return None
+        # Their deleted messages count too: the log holds their words until purged.
         texts = stored_texts(tables, stream, person)
+        if not indexes and not texts and person not in meta.forgetting:
+            return None
     result = StreamErased(stream, len(indexes), texts=texts)
-    if person not in meta.forgetting:
+    if person in meta.forgetting:
+        result.messages, result.lines = _done_before(store, stream, person, meta.position)
+        result.messages += len(indexes)
+    else:
         await append(stream, [ForgetRequested(at_ms=now_ms, person_hash=person, by=by)])
     if indexes:
         await append(stream, [MessagesErased(at_ms=now_ms, person_hash=person, indexes=indexes)])
-    stats = await remake(
-        store, stream, summarizer, append, settings, now_ms, fallback=OFFLINE_FALLBACK
-    )
-    result.lines = (
+    # The fallback makes lines within the channel's line limit, or they could not land.
+    fallback = OfflineSummarizer(settings.line_limit)
+    stats = await remake(store, stream, summarizer, append, settings, now_ms, fallback=fallback)
+    result.lines += (
         stats.leaves_verbatim + stats.merges_glue + stats.leaves_model + stats.merges_model
     )
     result.model_tasks = stats.leaves_model + stats.merges_model
@@ -113,6 +125,29 @@ async def erase_in_stream(
         tz = channel_zone(remade, settings)
         await publish(store, stream, append, settings, now_ms, "forget", tz, sizes)
     return result
+
+
+def _done_before(
+    store: EventStore, stream: StreamId, person: str, position: int
+) -> tuple[int, int]:
+    """Messages erased and lines made in the stream since the person's pending tombstone.
+
+    What an interrupted run did, so that a resumed forget's audit record
+    counts the whole forget, not only the part after the crash.
+    """
+    last = store.event(stream, position - 1)
+    if isinstance(last, ForgetRequested) and last.person_hash == person:
+        return 0, 0  # the tombstone was just written: nothing done yet
+    messages = lines = 0
+    for _, event in store.events(stream):
+        match event:
+            case ForgetRequested() if event.person_hash == person:
+                messages = lines = 0
+            case MessagesErased() if event.person_hash == person:
+                messages += len(event.indexes)
+            case LineWritten():
+                lines += 1
+    return messages, lines
 
 
 def surviving_texts(store: EventStore) -> list[str]:
@@ -191,6 +226,7 @@ async def forget(
     """The whole forget of one person over `streams`, in one process with no other writer."""
     report = ForgetReport(person)
     started = time.perf_counter()
+    request_everywhere(store, person, streams, by, now_ms)
     erased = []
     for stream in streams:
         result = await erase_in_stream(
@@ -206,6 +242,29 @@ async def forget(
     if not erased:
         return report
     return await finish_forget(store, data_dir, person, erased, append, pause, now_ms, report)
+
+
+def request_everywhere(
+    store: EventStore, person: str, streams: Sequence[StreamId], by: ForgetBy, now_ms: int
+) -> None:
+    """Append the tombstone in every channel holding the person's words, in one commit.
+
+    Before anything is erased, so that a crash at any later step leaves the
+    forget pending in every channel it must reach, not only in those it had
+    reached (`pending_forgets` finds it there).
+    """
+    tombstone = ForgetRequested(at_ms=now_ms, person_hash=person, by=by)
+    batches = []
+    with store.backend.reading() as tables:
+        for stream in streams:
+            meta = read_meta(tables, stream)
+            if meta is None or person in meta.forgetting:
+                continue
+            if person_messages(tables, stream, person) or stored_texts(tables, stream, person):
+                batches.append(Batch(stream, [tombstone]))
+    for result in store.append_many(batches) if batches else []:
+        if isinstance(result, Rejected):
+            raise result
 
 
 def pending_forgets(store: EventStore) -> dict[str, list[StreamId]]:

@@ -14,7 +14,7 @@ from eva.core.events import LineWritten
 from eva.core.keys import StreamId
 from eva.core.render import render_message
 from eva.core.settings import MemorySettings
-from eva.core.summarize import LeafTask, OfflineSummarizer, Summarizer, Task
+from eva.core.summarize import LeafTask, Summarizer, Task
 from eva.core.tree import glue_or_task, leaf_work
 from eva.memory.compress import (
     Append,
@@ -126,6 +126,3 @@ async def _ask(
         _, lines = await summarize_round(run, fallback, failed)
         made.extend(lines)
     return made
-
-
-OFFLINE_FALLBACK = OfflineSummarizer()
