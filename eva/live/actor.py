@@ -113,6 +113,7 @@ class ChannelActor:
         self.sizes = LineSizes()
         self.tail = _Tail()
         self.stopped = False
+        self.unfinished_upto = 0  # the cutoff of a run that left leaves undone
         self._quiet_timer_for = -math.inf
         self._compress_scope = trio.CancelScope()
         self._compress_idle = trio.Event()
@@ -384,6 +385,8 @@ class ChannelActor:
                 upto = run_cutoff(shared.store, self.stream, shared.settings)
                 if meta is not None and not compression_due(meta, shared.settings):
                     upto = meta.leaf_frontier  # only the merges left ready
+                upto = max(upto, self.unfinished_upto)  # and what a failed run left
+                self.unfinished_upto = upto
                 more = await compress(
                     shared.store,
                     self.stream,
@@ -392,6 +395,7 @@ class ChannelActor:
                     shared.settings,
                     shared.wall_ms(),
                     upto,
+                    urgent=False,
                 )
                 if stats is None:
                     stats = more
@@ -425,6 +429,7 @@ class ChannelActor:
             self.retry_delay = min(self.retry_delay * 2, self.shared.live.retry_most_seconds)
         else:
             self.retry_delay = self.shared.live.retry_first_seconds
+            self.unfinished_upto = 0
         await self._maybe_publish()
         self._maybe_compress()
 

@@ -47,12 +47,22 @@ class Memory:
     async def _append(self, stream: StreamId, events: Sequence[AnyEvent]) -> Appended:
         return self.store.append(stream, events)
 
-    async def compress(self, now_ms: int, upto: int | None = None) -> None:
-        """One compression run up to `upto` (default: keep the newest ~12 KiB as tail)."""
+    async def compress(self, now_ms: int, upto: int | None = None, urgent: bool = True) -> None:
+        """One compression run up to `upto` (default: keep the newest ~12 KiB as tail).
+
+        Unless `urgent`, merges that would only part-fill a request wait for the next run.
+        """
         if upto is None:
             upto = run_cutoff(self.store, self.stream, self.settings)
         stats = await compress(
-            self.store, self.stream, self.summarizer, self._append, self.settings, now_ms, upto
+            self.store,
+            self.stream,
+            self.summarizer,
+            self._append,
+            self.settings,
+            now_ms,
+            upto,
+            urgent,
         )
         self.report.stats.add(stats)
         self.report.runs += 1
@@ -109,7 +119,7 @@ class Memory:
                 pending, pending_bytes = [], 0
                 meta = self.store.meta(self.stream)
                 if meta is not None and compression_due(meta, settings):
-                    await self.compress(post.at_ms)
+                    await self.compress(post.at_ms, urgent=False)
                 await self._maybe_publish(post.at_ms, post.at_ms)
         await self._flush(pending)
         if last_ms is not None:

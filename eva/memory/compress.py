@@ -44,7 +44,8 @@ class CompressStats:
     model_input_bytes: int = 0
     model_output_bytes: int = 0
     rejected_replies: int = 0
-    pending: int = 0
+    pending: int = 0  # tasks given up after repeated failures: retried by a later run
+    deferred: int = 0  # merges waiting to fill a request: taken by a later run
 
     def add(self, other: CompressStats) -> None:
         for name in self.__slots__:
@@ -86,12 +87,16 @@ async def compress(
     settings: MemorySettings,
     now_ms: int,
     upto: int,
+    urgent: bool = True,
 ) -> CompressStats:
     """Write the leaves of messages before `upto` and every merge that becomes ready.
 
     Merges left ready by an earlier run (the `ready` projection) are picked up
     first; after that, each line written offers its parent, so ready work is
-    found from what was just written, never by scanning.
+    found from what was just written, never by scanning. Unless `urgent`,
+    merges that would only make a request less than full wait in the ready
+    queue for the next run (publishing needs leaves, not merges), so requests
+    carry a full `tasks_per_request` wherever they can.
     """
     run = Run(store, stream, append, settings, now_ms)
     candidates = {Address(start, size) for start, size in store.ready(stream)}
@@ -102,16 +107,32 @@ async def compress(
         glue_tasks, glued = _glue(run, candidates, queued)
         tasks.extend(glue_tasks)
         await append_lines(run, [*staged, *glued])
-        if not tasks:
+        sending, tasks = _next_round(tasks, settings, urgent)
+        if not sending:
             break
-        round_size = settings.tasks_per_request * settings.model_calls_in_flight
-        round_tasks, tasks = tasks[:round_size], tasks[round_size:]
-        retry, staged = await summarize_round(run, summarizer, round_tasks)
+        retry, staged = await summarize_round(run, summarizer, sending)
         queued -= {line_address(line) for line in staged}
         tasks.extend(retry)
         candidates = _parents_ready(run, staged)
     run.stats.pending = len(run.given_up)
+    run.stats.deferred = len(tasks)
     return run.stats
+
+
+def _next_round(
+    tasks: list[Task], settings: MemorySettings, urgent: bool
+) -> tuple[list[Task], list[Task]]:
+    """The tasks to send now (leaves first), and those that wait."""
+    per_request = settings.tasks_per_request
+    round_size = per_request * settings.model_calls_in_flight
+    ordered = sorted(tasks, key=lambda task: not isinstance(task, LeafTask))
+    sending = ordered[:round_size]
+    if not urgent and len(sending) % per_request:
+        full = len(sending) - len(sending) % per_request
+        leaves = sum(isinstance(task, LeafTask) for task in sending)
+        keep = max(full, min(len(sending), -(-leaves // per_request) * per_request))
+        sending = sending[:keep]
+    return sending, ordered[len(sending) :]
 
 
 def line_address(line: LineWritten) -> Address:
