@@ -1,0 +1,564 @@
+"""Channel actors under a supervisor: quiet and overflow publishes, retries, sleep, bursts.
+
+Every test runs on the mock clock (`autojump_clock`) over a real LMDB store in
+its own directory. One thing needs care: the writer commits in a worker
+thread, and a task waiting for a thread counts as blocked, so the mock clock
+would jump (and `wait_all_tasks_blocked` return) while a commit runs.
+`WatchedStore` counts the commits handed to a thread and `hold_clock` keeps
+the loop busy until the writer has them back: commits take no mock time, and
+`wait_all_tasks_blocked()` means that all background work is done.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import random
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+import trio
+import trio.lowlevel
+import trio.testing
+
+from eva.core.events import LineWritten, MessagePosted, RowPublished
+from eva.core.keys import StreamId
+from eva.core.projection import Rejected, rendered_size
+from eva.core.settings import KIB, MINUTE_MS, LiveSettings, MemorySettings
+from eva.core.summarize import OfflineSummarizer, Summarizer, Summary, Task
+from eva.core.timing import compression_due
+from eva.live.inputs import Edit, GetPrompt, Post, Recall, Zoom
+from eva.live.supervisor import Supervisor, open_supervisor
+from eva.live.writer import Writer
+from eva.memory.compress import run_cutoff
+from eva.memory.view import ZoomError, memory_text
+from eva.store.event_store import Appended, Batch, EventStore
+from eva.store.lmdb_kv import open_backend
+from eva.store.replay import replay_stream
+
+BASE_MS = 1_700_000_000_000
+MINUTE_S = MINUTE_MS / 1000
+SMALL = MemorySettings(
+    compress_at_bytes=6 * KIB,
+    tail_keep_bytes=2 * KIB,
+    overflow_tail_bytes=12 * KIB,
+    row_high_bytes=12 * KIB,
+    row_low_bytes=6 * KIB,
+    prompt_tail_max_bytes=16 * KIB,
+)
+# One task per model request: no merge waits in the ready queue to fill a request,
+# so once the model answers again the queue must run empty.
+ONE_TASK = msgspec.structs.replace(SMALL, tasks_per_request=1)
+LIVE = LiveSettings()
+STREAM = StreamId(1, 2)
+
+
+def mock_wall_ms() -> int:
+    """Event times that follow the mock clock."""
+    return int(trio.current_time() * 1000) + BASE_MS
+
+
+class WatchedStore(EventStore):
+    """The LMDB event store, counting the commits the writer hands to a worker thread."""
+
+    def __init__(self, backend: Any) -> None:
+        super().__init__(backend)
+        self.commits_started = 0
+        self.commit_started = trio.Event()
+
+    @property  # type: ignore[override]
+    def append_many(self) -> Callable[[Sequence[Batch]], list[Appended | Rejected]]:
+        # The writer reads this on the trio thread, just before it starts the thread.
+        self.commits_started += 1
+        self.commit_started.set()
+        return super().append_many
+
+
+async def hold_clock(store: WatchedStore, writer: Writer) -> None:
+    """Keep the loop busy from the start of each commit until the writer has its result."""
+    while True:
+        await store.commit_started.wait()
+        store.commit_started = trio.Event()
+        while store.commits_started > writer.statistics().commits:
+            await trio.lowlevel.checkpoint()
+
+
+def fresh_store(tmp_path: Path) -> WatchedStore:
+    return WatchedStore(open_backend(tmp_path / "data"))
+
+
+@asynccontextmanager
+async def running(
+    store: WatchedStore,
+    summarizer: Summarizer | None = None,
+    settings: MemorySettings = SMALL,
+    live: LiveSettings = LIVE,
+) -> AsyncIterator[Supervisor]:
+    """A supervisor on the mock clock, with commits held to no mock time."""
+    async with open_supervisor(
+        store, summarizer or OfflineSummarizer(), settings, live, wall_ms=mock_wall_ms
+    ) as supervisor, trio.open_nursery() as nursery:
+        nursery.start_soon(hold_clock, store, supervisor.shared.writer)
+        yield supervisor
+        nursery.cancel_scope.cancel()
+
+
+async def settle() -> None:
+    """Wait until every task, background work included, waits for input or for time."""
+    await trio.testing.wait_all_tasks_blocked()
+
+
+def message(stream: StreamId, index: int, size: int = 150, at_ms: int | None = None) -> Post:
+    """The post at `index` of `stream`: about `size` bytes, with a word to recall it by."""
+    head = f"message {index} about topic{index % 7} in {stream.channel_id}: "
+    filler = " ".join(f"w{(index * 31 + k) % 997}" for k in range(size // 4))
+    return Post(
+        message_id=stream.channel_id * 1_000_000 + index,
+        author_id=index % 3,
+        author_name=f"person{index % 3}",
+        at_ms=mock_wall_ms() if at_ms is None else at_ms,
+        content=(head + filler)[: max(size, len(head))],
+    )
+
+
+def posted(store: EventStore, stream: StreamId) -> list[MessagePosted]:
+    return [event for _, event in store.events(stream) if isinstance(event, MessagePosted)]
+
+
+def publishes(store: EventStore, stream: StreamId) -> list[RowPublished]:
+    return [event for _, event in store.events(stream) if isinstance(event, RowPublished)]
+
+
+def line_addresses(store: EventStore, stream: StreamId) -> list[tuple[int, int]]:
+    return [(e.start, e.size) for _, e in store.events(stream) if isinstance(e, LineWritten)]
+
+
+def leaves_without_holes(store: EventStore, stream: StreamId) -> bool:
+    """Whether the leaves written are exactly those before the leaf frontier.
+
+    A run that gave up on a leaf leaves a hole: leaves after it, none at it.
+    """
+    leaves = {start for start, size in line_addresses(store, stream) if size == 1}
+    return leaves == set(range(meta_of(store, stream).leaf_frontier))
+
+
+def meta_of(store: EventStore, stream: StreamId) -> Any:
+    meta = store.meta(stream)
+    assert meta is not None
+    return meta
+
+
+async def prompt(supervisor: Supervisor, stream: StreamId = STREAM) -> str:
+    text = await supervisor.ask(stream, GetPrompt())
+    assert isinstance(text, str)
+    return text
+
+
+def split_prompt(text: str) -> tuple[list[str], list[str]]:
+    """The row lines inside <memory> and the tail lines after it."""
+    inside, _, tail = text.partition("</memory>")
+    row = [line for line in inside.removeprefix("<memory>").split("\n") if line]
+    return row, [line for line in tail.split("\n") if line]
+
+
+async def test_quiet_publish_after_thirty_minutes(tmp_path: Path, autojump_clock: Any) -> None:
+    store = fresh_store(tmp_path)
+    async with running(store) as supervisor:
+        for index in range(60):
+            assert await supervisor.ask(STREAM, message(STREAM, index)) == index
+        last_input_ms = mock_wall_ms()
+        await settle()
+        meta = meta_of(store, STREAM)
+        assert meta.leaf_frontier > 0, "the compression run wrote no leaves"
+        assert leaves_without_holes(store, STREAM)
+        assert not compression_due(meta, SMALL)
+        assert publishes(store, STREAM) == []
+        before = await prompt(supervisor)
+        assert split_prompt(before)[0] == [] and len(split_prompt(before)[1]) == 60
+
+        await trio.sleep(29 * MINUTE_S)
+        await settle()
+        assert publishes(store, STREAM) == []
+        assert await prompt(supervisor) == before
+
+        await trio.sleep(MINUTE_S + 1)
+        await settle()
+        [row] = publishes(store, STREAM)
+        assert row.reason == "quiet"
+        assert row.at_ms - last_input_ms == SMALL.quiet_ms
+        assert row.frontier == meta.leaf_frontier
+        after = await prompt(supervisor)
+        row_lines, tail_lines = split_prompt(after)
+        assert row_lines, "the published row is not in <memory>"
+        assert len(tail_lines) == 60 - row.frontier
+        assert tail_lines[0].startswith(f"[{row.frontier}] ")
+        assert len(after.encode()) < len(before.encode())
+        assert after == memory_text(store, STREAM, SMALL)
+    assert replay_stream(store, STREAM).ok
+
+
+async def test_overflow_publish_when_the_chat_never_goes_quiet(
+    tmp_path: Path, autojump_clock: Any
+) -> None:
+    store = fresh_store(tmp_path)
+    sizes: list[int] = []
+    published_after: int | None = None
+    async with running(store) as supervisor:
+        for index in range(120):
+            post = message(STREAM, index, size=200)
+            sizes.append(rendered_size(post.author_name, post.content, post.attachments))
+            await supervisor.ask(STREAM, post)
+            if published_after is None and publishes(store, STREAM):
+                published_after = index
+            await trio.sleep(MINUTE_S)
+            await settle()
+        rows = publishes(store, STREAM)
+    assert published_after is not None, "no publish although the tail passed the overflow mark"
+    # It published on the very message that took the tail past the mark.
+    assert sum(sizes[: published_after + 1]) > SMALL.overflow_tail_bytes
+    assert sum(sizes[:published_after]) <= SMALL.overflow_tail_bytes
+    assert len(rows) >= 2
+    assert {row.reason for row in rows} == {"overflow"}
+    meta = meta_of(store, STREAM)
+    assert meta.tail_bytes <= SMALL.overflow_tail_bytes + max(sizes)
+    assert replay_stream(store, STREAM).ok
+
+
+class BrokenModel:
+    """A summarizer that raises until `healthy` is set; it records when it was called."""
+
+    def __init__(self) -> None:
+        self.healthy = False
+        self.failed_at: list[float] = []
+        self.offline = OfflineSummarizer()
+
+    async def summarize(self, tasks: Sequence[Task]) -> list[Summary]:
+        if not self.healthy:
+            self.failed_at.append(trio.current_time())
+            raise ConnectionError("the model is unreachable")
+        return await self.offline.summarize(tasks)
+
+
+async def test_no_publish_while_lines_are_missing_then_retry_finishes(
+    tmp_path: Path, autojump_clock: Any
+) -> None:
+    store = fresh_store(tmp_path)
+    model = BrokenModel()
+    sent = 0
+    async with running(store, model, ONE_TASK) as supervisor:
+        for _ in range(8):
+            for _ in range(6):
+                assert await supervisor.ask(STREAM, message(STREAM, sent, size=700)) == sent
+                sent += 1
+            await trio.sleep(30 * MINUTE_S)
+            await settle()
+            meta = meta_of(store, STREAM)
+            assert meta.messages == sent
+            assert meta.lines == 0 and meta.leaf_frontier == 0
+            assert publishes(store, STREAM) == []
+            text = await prompt(supervisor)
+            assert len(text.encode()) <= SMALL.prompt_tail_max_bytes + 64
+            assert f"[{sent - 1}] " in text, "the newest message is not in the prompt"
+        assert "are not shown here: no published line covers them yet" in text
+        assert text == memory_text(store, STREAM, SMALL)
+
+        # Retries back off: 5 s, then doubling, up to 600 s between runs.
+        runs = sorted(set(model.failed_at))
+        gaps = [round(b - a, 3) for a, b in itertools.pairwise(runs)]
+        assert gaps[:4] == [5, 10, 20, 40]
+        assert max(gaps) == LIVE.retry_most_seconds
+        assert gaps == sorted(gaps)
+        assert supervisor.statistics().runs_failed == len(runs)
+        assert STREAM in supervisor.awake(), "the actor slept with a retry pending"
+
+        model.healthy = True
+        await trio.sleep(LIVE.retry_most_seconds + 1)
+        await settle()
+        meta = meta_of(store, STREAM)
+        assert meta.leaf_frontier == run_cutoff(store, STREAM, SMALL) > 0
+        assert meta.ready == 0
+        rows = publishes(store, STREAM)
+        assert rows, "no publish after the lines were finished"
+        assert rows[-1].frontier == meta.leaf_frontier
+        row_lines, _ = split_prompt(await prompt(supervisor))
+        assert row_lines
+    assert replay_stream(store, STREAM).ok
+
+
+class OneBadLeaf:
+    """A summarizer that fails every batch holding one leaf, until `healthy` is set."""
+
+    def __init__(self, start: int) -> None:
+        self.start = start
+        self.healthy = False
+        self.offline = OfflineSummarizer()
+
+    async def summarize(self, tasks: Sequence[Task]) -> list[Summary]:
+        if not self.healthy and any(t.address == (self.start, 1) for t in tasks):
+            raise ConnectionError("the model is unreachable")
+        return await self.offline.summarize(tasks)
+
+
+async def test_retry_finishes_the_leaves_a_failed_run_left(
+    tmp_path: Path, autojump_clock: Any
+) -> None:
+    store = fresh_store(tmp_path)
+    model = OneBadLeaf(3)
+    async with running(store, model, ONE_TASK) as supervisor:
+        # 9 long messages pass the mark; the run keeps the newest two (under 2 KiB).
+        for index in range(9):
+            await supervisor.ask(STREAM, message(STREAM, index, size=700))
+        await settle()
+        leaves = sorted(s for s, n in line_addresses(store, STREAM) if n == 1)
+        assert leaves == [0, 1, 2, 4, 5, 6], "the run should leave a hole at the bad leaf"
+        assert meta_of(store, STREAM).leaf_frontier == 3
+
+        model.healthy = True
+        await trio.sleep(LIVE.retry_first_seconds + 1)
+        await settle()
+        assert leaves_without_holes(store, STREAM)
+        assert meta_of(store, STREAM).leaf_frontier == 7
+        assert supervisor.statistics().runs_failed == 1
+
+
+async def test_idle_actor_sleeps_and_wakes_with_the_same_state(
+    tmp_path: Path, autojump_clock: Any
+) -> None:
+    store = fresh_store(tmp_path)
+    idle = LIVE.idle_seconds
+    async with running(store) as supervisor:
+        # Nothing pending: it sleeps after idle_seconds without input.
+        for index in range(10):
+            await supervisor.ask(STREAM, message(STREAM, index))
+        small_chat = await prompt(supervisor)
+        await trio.sleep(idle - 1)
+        await settle()
+        assert supervisor.awake() == [STREAM]
+        await trio.sleep(2)
+        await settle()
+        assert supervisor.awake() == []
+        assert supervisor.statistics().slept == 1
+        assert await prompt(supervisor) == small_chat
+        assert supervisor.statistics().woken == 2
+        await settle()
+        assert supervisor.awake() == [], "a prompt request is no chat: it stays asleep"
+
+        # A publish pending keeps it awake past idle_seconds.
+        for index in range(10, 70):
+            await supervisor.ask(STREAM, message(STREAM, index))
+        await trio.sleep(idle + 1)
+        await settle()
+        assert supervisor.awake() == [STREAM]
+        await trio.sleep(SMALL.quiet_ms / 1000)
+        await settle()
+        assert publishes(store, STREAM)
+        assert supervisor.awake() == []
+
+        before = await prompt(supervisor)
+        start, size = max(line_addresses(store, STREAM), key=lambda address: address[1])
+        assert size > 1
+        zoomed = await supervisor.ask(STREAM, Zoom(address=f"{start}+{size}"))
+        leaf = await supervisor.ask(STREAM, Zoom(address="65+1"))
+        found = await supervisor.ask(STREAM, Recall(query="topic3"))
+        await trio.sleep(idle + 1)
+        await settle()
+        assert supervisor.awake() == []
+        statistics = supervisor.statistics()
+        assert statistics.slept == statistics.woken
+
+        assert await prompt(supervisor) == before
+        assert supervisor.statistics().woken == statistics.woken + 1
+        assert await supervisor.ask(STREAM, Zoom(address=f"{start}+{size}")) == zoomed
+        assert len(zoomed.lines) == 2
+        assert await supervisor.ask(STREAM, Zoom(address="65+1")) == leaf
+        assert leaf.message is not None and leaf.message.index == 65
+        assert await supervisor.ask(STREAM, Recall(query="topic3")) == found
+        assert found.total == len([i for i in range(70) if i % 7 == 3])
+        assert before == memory_text(store, STREAM, SMALL)
+
+
+@pytest.mark.slow
+async def test_a_hundred_channels_at_once(tmp_path: Path, autojump_clock: Any) -> None:
+    store = fresh_store(tmp_path)
+    streams = [StreamId(1, 100 + c) for c in range(100)]
+    answers: dict[StreamId, list[int]] = {stream: [] for stream in streams}
+    sent: dict[StreamId, list[int]] = {stream: [] for stream in streams}
+
+    async def sender(stream: StreamId, rng: random.Random) -> None:
+        for index in range(60):
+            post = message(stream, index, size=rng.choice([40, 150, 400]))
+            sent[stream].append(post.message_id)
+            answers[stream].append(await supervisor.ask(stream, post))
+            if rng.random() < 0.3:
+                await trio.lowlevel.checkpoint()
+
+    async with running(store) as supervisor:
+        async with trio.open_nursery() as nursery:
+            for number, stream in enumerate(streams):
+                nursery.start_soon(sender, stream, random.Random(number))
+        await settle()
+        statistics = supervisor.statistics()
+    for stream in streams:
+        assert answers[stream] == list(range(60)), stream
+        stored = posted(store, stream)
+        assert [event.index for event in stored] == list(range(60))
+        assert [event.message_id for event in stored] == sent[stream]
+        meta = meta_of(store, stream)
+        assert meta.messages == 60
+        assert replay_stream(store, stream).ok, stream
+    assert sum(meta_of(store, s).lines for s in streams) > 0, "no compression ran"
+    assert statistics.appends >= 6000
+    assert statistics.commits * 10 < statistics.appends, statistics
+
+
+class ChaosModel:
+    """Fails, hangs or answers late, at random, until `healthy` is set."""
+
+    def __init__(self, rng: random.Random, timeout_s: float) -> None:
+        self.rng = rng
+        self.timeout_s = timeout_s
+        self.healthy = False
+        self.offline = OfflineSummarizer()
+        self.outcomes: dict[str, int] = {"fail": 0, "hang": 0, "late": 0, "ok": 0}
+
+    async def summarize(self, tasks: Sequence[Task]) -> list[Summary]:
+        if self.healthy:
+            self.outcomes["ok"] += 1
+            return await self.offline.summarize(tasks)
+        roll = self.rng.random()
+        if roll < 0.35:
+            self.outcomes["fail"] += 1
+            raise RuntimeError("the model failed")
+        if roll < 0.6:
+            self.outcomes["hang"] += 1
+            await trio.sleep_forever()
+        self.outcomes["late"] += 1
+        await trio.sleep(self.rng.uniform(0.5, 1.5 * self.timeout_s))
+        return await self.offline.summarize(tasks)
+
+
+async def test_a_failing_hanging_model_never_blocks_the_chat(
+    tmp_path: Path, autojump_clock: Any
+) -> None:
+    store = fresh_store(tmp_path)
+    live = LiveSettings(model_timeout_seconds=30, retry_most_seconds=300)
+    model = ChaosModel(random.Random(7), live.model_timeout_seconds)
+    streams = [StreamId(3, c) for c in (1, 2, 3)]
+    count = 150
+
+    async def chat(stream: StreamId, rng: random.Random) -> None:
+        for index in range(count):
+            post = message(stream, index, size=rng.choice([60, 200, 600, 900]))
+            with trio.fail_after(1):
+                assert await supervisor.ask(stream, post) == index
+            if index % 10 == 0:
+                with trio.fail_after(1):
+                    text = await prompt(supervisor, stream)
+                assert f"[{index}] " in text
+            await trio.sleep(rng.uniform(1, 40))
+
+    async with running(store, model, ONE_TASK, live) as supervisor:
+        async with trio.open_nursery() as nursery:
+            for number, stream in enumerate(streams):
+                nursery.start_soon(chat, stream, random.Random(number))
+        for stream in streams:
+            assert meta_of(store, stream).messages == count
+        assert model.outcomes["fail"] and model.outcomes["hang"] and model.outcomes["late"]
+        assert supervisor.statistics().runs_failed > 0
+
+        model.healthy = True
+        await trio.sleep(live.retry_most_seconds + live.model_timeout_seconds + 1)
+        await settle()
+        for stream in streams:
+            meta = meta_of(store, stream)
+            assert meta.ready == 0, stream
+            assert leaves_without_holes(store, stream), stream
+            assert not compression_due(meta, SMALL), stream
+            addresses = line_addresses(store, stream)
+            assert len(addresses) == len(set(addresses)), f"{stream}: a line written twice"
+        await trio.sleep(SMALL.quiet_ms / 1000)
+        await settle()
+        for stream in streams:
+            meta = meta_of(store, stream)
+            assert meta.row_frontier == meta.leaf_frontier, stream
+            assert await prompt(supervisor, stream) == memory_text(store, stream, SMALL)
+            assert replay_stream(store, stream).ok, stream
+
+
+async def test_bad_input_is_answered_with_its_error_and_the_channel_goes_on(
+    tmp_path: Path, autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = fresh_store(tmp_path)
+    other = StreamId(1, 3)
+    async with running(store) as supervisor:
+        assert await supervisor.ask(STREAM, message(STREAM, 0)) == 0
+        assert await supervisor.ask(other, message(other, 0)) == 0
+        unknown = Edit(message_id=424242, at_ms=mock_wall_ms(), content="new words")
+        assert await supervisor.ask(STREAM, unknown) is False
+
+        bad = Post(message_id=77, author_id=1, author_name="mallory", at_ms=1, content="\ud800")
+        with caplog.at_level(logging.ERROR, logger="eva.live.actor"):
+            with pytest.raises(Rejected, match="cannot be stored"):
+                await supervisor.ask(STREAM, bad)
+            with pytest.raises(ZoomError):
+                await supervisor.ask(STREAM, Zoom(address="not an address"))
+        failed = [record for record in caplog.records if record.name == "eva.live.actor"]
+        assert len(failed) == 2
+        assert "mallory" in failed[0].getMessage() and failed[0].exc_info is not None
+        assert supervisor.statistics().crashes == 2
+
+        assert await supervisor.ask(STREAM, message(STREAM, 1)) == 1
+        edit = Edit(message_id=message(STREAM, 1).message_id, at_ms=2, content="fixed")
+        assert await supervisor.ask(STREAM, edit) is True
+        assert await supervisor.ask(other, message(other, 1)) == 1
+        assert STREAM in supervisor.awake() and other in supervisor.awake()
+        text = await prompt(supervisor)
+        assert "[1] " in text and "fixed" in text
+    assert [e.message_id for e in posted(store, STREAM)] == [
+        message(STREAM, 0).message_id,
+        message(STREAM, 1).message_id,
+    ]
+    assert store.index_of(STREAM, 77) is None
+    assert replay_stream(store, STREAM).ok and replay_stream(store, other).ok
+
+
+async def test_full_inboxes_slow_senders_down_and_drop_nothing(
+    tmp_path: Path, autojump_clock: Any
+) -> None:
+    store = fresh_store(tmp_path)
+    live = LiveSettings(inbox_capacity=2, writer_capacity=1)
+    streams = [StreamId(5, 1), StreamId(5, 2)]
+    senders = 30
+    done: list[tuple[StreamId, int]] = []
+
+    async def send(stream: StreamId, number: int) -> None:
+        await supervisor.ask(stream, message(stream, number))
+        done.append((stream, number))
+
+    async with running(store, live=live) as supervisor:
+        writer = supervisor.shared.writer
+        async with trio.open_nursery() as nursery, writer.paused():
+            for stream in streams:
+                for number in range(senders):
+                    nursery.start_soon(send, stream, number)
+            await settle()
+            assert done == []
+            assert all(store.meta(stream) is None for stream in streams)
+            for stream in streams:
+                # One input in the actor's hands, two in its inbox, the rest wait to send.
+                inbox = supervisor._actors[stream].send.statistics()
+                assert inbox.current_buffer_used == live.inbox_capacity
+                assert inbox.tasks_waiting_send == senders - 1 - live.inbox_capacity
+        await settle()
+    assert sorted(done) == sorted((s, n) for s in streams for n in range(senders))
+    for stream in streams:
+        stored = posted(store, stream)
+        assert sorted(e.message_id for e in stored) == [
+            message(stream, n).message_id for n in range(senders)
+        ]
+        assert [e.index for e in stored] == list(range(senders))
+        assert replay_stream(store, stream).ok

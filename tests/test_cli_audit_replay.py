@@ -1,0 +1,116 @@
+"""The memory commands from the command line: audit, replay, build, memory, zoom, recall."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from eva.cli.main import main
+from eva.core import keys
+from eva.demo.friends import DEMO_QUERY, friends_export
+from eva.store.lmdb_kv import open_backend
+
+
+@pytest.fixture
+def data(tmp_path: Path) -> Path:
+    export = tmp_path / "friends.json"
+    export.write_bytes(friends_export(700))
+    directory = tmp_path / "data"
+    assert main(["import", str(export), "--data", str(directory), "--quiet"]) == 0
+    settings = tmp_path / "small.toml"
+    settings.write_text(
+        "[memory]\ncompress_at_bytes = 8192\ntail_keep_bytes = 2048\n"
+        "row_high_bytes = 8192\nrow_low_bytes = 4096\n"
+    )
+    assert main(["build", "friends", "--data", str(directory), "--settings", str(settings)]) == 0
+    return directory
+
+
+def run_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, object]:
+    capsys.readouterr()
+    assert main([*args, "--json"]) == 0
+    value = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert isinstance(value, dict)
+    return value
+
+
+def test_audit_tells_how_each_line_was_made(data: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    capsys.readouterr()
+    assert main(["audit", "friends", "--data", str(data)]) == 0
+    out = capsys.readouterr().out
+    assert "written (verbatim)" in out
+    assert "written (glue)" in out
+    assert "written (model offline" in out
+    assert "row published (build)" in out
+    assert "messages posted" in out
+    audit = run_json(capsys, "audit", "friends", "--data", str(data))
+    kinds = {entry["kind"] for entry in audit["entries"]}  # type: ignore[attr-defined]
+    assert {"line.written", "row.published", "channel.described"} <= kinds
+
+
+def test_audit_at_a_time_shows_the_row_then(data: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    capsys.readouterr()
+    assert main(["audit", "friends", "--data", str(data), "--at", "2001-01-01"]) == 1
+    assert "no row was published" in capsys.readouterr().err
+    shown = run_json(capsys, "audit", "friends", "--data", str(data), "--at", "2999-01-01")
+    lines = shown["lines"]
+    assert isinstance(lines, list) and lines
+    assert all("+" in line["address"] for line in lines)
+    assert main(["audit", "friends", "--data", str(data), "--at", "yesterday"]) == 1
+    assert "not a time" in capsys.readouterr().err
+
+
+def test_memory_zoom_and_recall_json_carry_index_and_address(
+    data: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    memory = run_json(capsys, "memory", "friends", "--data", str(data))
+    row, tail = memory["row"], memory["tail"]
+    assert isinstance(row, list) and isinstance(tail, list)
+    assert row and all("address" in entry for entry in row)
+    assert tail and all("index" in message for message in tail)
+    first = row[0]["address"]
+    zoomed = run_json(capsys, "zoom", "friends", first, "--data", str(data))
+    assert [line["address"] for line in zoomed["lines"]]  # type: ignore[attr-defined]
+    one = run_json(capsys, "zoom", "friends", "0+1", "--data", str(data))
+    assert one["message"]["index"] == 0  # type: ignore[index]
+    found = run_json(capsys, "recall", "friends", *DEMO_QUERY.split(), "--data", str(data))
+    windows = found["windows"]
+    assert isinstance(windows, list) and windows
+    assert all("index" in message for window in windows for message in window)
+    capsys.readouterr()
+    assert main(["zoom", "friends", "3+3", "--data", str(data)]) == 1
+    assert "power of two" in capsys.readouterr().err
+
+
+def test_replay_matches_and_catches_a_changed_projection(
+    data: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    result = run_json(capsys, "replay", "--data", str(data))
+    assert result["ok"] is True
+    backend = open_backend(data)
+    meta_keys = []
+    with backend.reading() as tables:
+        meta_keys = [key for key, _ in tables.scan("messages", b"", b"\xff" * 24)]
+
+    def damage(tables: object) -> None:
+        tables.put("messages", meta_keys[3], b"\x93\x00\x00\xc2")  # type: ignore[attr-defined]
+
+    backend.write(damage)
+    capsys.readouterr()
+    assert main(["replay", "--data", str(data)]) == 1
+    out = capsys.readouterr().out
+    assert "DIFFERS in messages" in out
+    assert keys.stream_of(meta_keys[3]).channel_id > 0
+
+
+def test_commands_explain_missing_things(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["memory", "friends", "--data", str(tmp_path / "none")]) == 1
+    assert "no Eva data directory" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:
+        main(["zoom", "--help"])
+    assert exit_info.value.code == 0
+    assert "START+SIZE" in capsys.readouterr().out
