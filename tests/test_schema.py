@@ -43,6 +43,7 @@ STABLE_TAGS = {
     "ForgetRequested": "forget.requested",
     "ForgetApplied": "forget.applied",
     "MessagesErased": "messages.erased",
+    "ReplyWritten": "reply.written",
 }
 
 

@@ -20,6 +20,7 @@ from eva.core.events import (
     MessageEdited,
     MessagePosted,
     MessagesErased,
+    ReplyWritten,
     RowPublished,
     ToolCalled,
     event_tag,
@@ -70,6 +71,14 @@ def describe(event: AnyEvent) -> tuple[str, str | None]:
         case MessagesErased():
             return (
                 f"{len(event.indexes)} messages erased for person {event.person_hash}",
+                None,
+            )
+        case ReplyWritten():
+            u = event.usage
+            return (
+                f"reply written ({event.model}, {event.tool_calls} tool calls, tokens in "
+                f"{u.input_tokens} out {u.output_tokens} cache write {u.cache_write_tokens} "
+                f"read {u.cache_read_tokens})",
                 None,
             )
         case ToolCalled():

@@ -121,6 +121,18 @@ class ToolCalled(Event, frozen=True, tag="tool.called"):
 ForgetBy: TypeAlias = Literal["self", "moderator", "deleted", "edited"]
 
 
+class ReplyWritten(Event, frozen=True, tag="reply.written"):
+    """Eva answered someone: the model, its usage over every round, the tool calls made."""
+
+    at_ms: int
+    model: str
+    usage: Usage
+    to_message_id: int = 0
+    tool_calls: int = 0
+    text_bytes: int = 0
+    month: str = ""  # YYYY-MM (UTC) the reply counts against in its guild's quota
+
+
 class ForgetRequested(Event, frozen=True, tag="forget.requested"):
     """A tombstone: a person asked to be forgotten (or a moderator did it for them)."""
 
@@ -157,6 +169,7 @@ AnyEvent: TypeAlias = (
     | ForgetRequested
     | ForgetApplied
     | MessagesErased
+    | ReplyWritten
 )
 
 EVENT_TYPES: tuple[type[Event], ...] = (
@@ -170,6 +183,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     ForgetRequested,
     ForgetApplied,
     MessagesErased,
+    ReplyWritten,
 )
 
 _encoder = msgspec.msgpack.Encoder()

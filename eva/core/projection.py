@@ -22,6 +22,7 @@ from eva.core.events import (
     MessageEdited,
     MessagePosted,
     MessagesErased,
+    ReplyWritten,
     RowPublished,
     ToolCalled,
     decode_event,
@@ -119,6 +120,10 @@ class Projector:
             case ForgetApplied():
                 if event.person_hash in meta.forgetting:
                     meta.forgetting.remove(event.person_hash)
+            case ReplyWritten():
+                if event.month != meta.reply_month:
+                    meta.reply_month, meta.replies = event.month, 0
+                meta.replies += 1
             case ToolCalled():
                 pass
             case _:

@@ -77,3 +77,53 @@ class LiveSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
         return self
+
+
+class Price(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """List prices of one model in US dollars per million tokens."""
+
+    input: float
+    output: float
+    cache_write_5m: float | None = None  # default: 1.25 x input
+    cache_write_1h: float | None = None  # default: 2 x input
+    cache_read: float | None = None  # default: 0.1 x input
+    batch_discount: float = 0.5  # the Message Batches API charges this share
+
+
+def default_prices() -> dict[str, Price]:
+    """The price table: list prices per million tokens (a setting; check them before use)."""
+    return {
+        "claude-haiku-5-5": Price(input=1.0, output=5.0),
+        "claude-sonnet-5-5": Price(input=3.0, output=15.0),
+        "claude-haiku-4-5": Price(input=1.0, output=5.0),
+        "claude-sonnet-4-5": Price(input=3.0, output=15.0),
+        "offline": Price(input=0.0, output=0.0),
+    }
+
+
+class ModelSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Which models Eva uses, how she calls them, and what they cost."""
+
+    line_model: str = "claude-haiku-5-5"
+    """The small model that writes leaf and merge lines."""
+    reply_model: str = "claude-sonnet-5-5"
+    """The model Eva answers people with."""
+    base_url: str | None = None
+    """Another address for the Messages API (tests use a fake on loopback)."""
+    use_batches: bool = True
+    """Background lines go through the Message Batches API (half price) when not urgent."""
+    batch_poll_seconds: float = 30.0
+    """How often a pending message batch is checked."""
+    retries: int = 6
+    """Attempts after the first for a failing request (rate limits, overload, 5xx, timeouts)."""
+    request_timeout_seconds: float = 120.0
+    too_long_retries: int = 3
+    """Times a line that is too long is sent back to be shortened before it is cut."""
+    reply_max_tokens: int = 1024
+    tool_rounds: int = 4
+    """Most rounds of tool use in one reply."""
+    replies_per_guild_month: int = 1500
+    """Replies Eva gives in one guild in one calendar month (UTC)."""
+    cache_ttl: str = "5m"
+    """Lifetime asked for the prompt cache entries of replies: "5m" or "1h"."""
+    prices: dict[str, Price] = msgspec.field(default_factory=default_prices)

@@ -32,6 +32,8 @@ class StreamMeta(msgspec.Struct, array_like=True):
     ready: int = 0  # merges whose halves both exist and whose line is due
     stale: int = 0  # lines whose text is wrong now and must be made again
     forgetting: list[str] = msgspec.field(default_factory=list)  # forgets not yet applied
+    reply_month: str = ""  # the month (YYYY-MM) `replies` counts
+    replies: int = 0  # replies Eva wrote in this channel in `reply_month`
 
 
 class MessageSlot(msgspec.Struct, array_like=True):

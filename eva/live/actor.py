@@ -24,6 +24,7 @@ from eva.core.events import (
     MessageEdited,
     MessagePosted,
     PublishReason,
+    ToolCalled,
 )
 from eva.core.keys import StreamId
 from eva.core.settings import LiveSettings, MemorySettings
@@ -32,6 +33,7 @@ from eva.core.summarize import Summarizer
 from eva.core.timing import compression_due, publish_reason
 from eva.live.inputs import (
     ChannelInput,
+    DateOf,
     Delete,
     Describe,
     Edit,
@@ -39,6 +41,8 @@ from eva.live.inputs import (
     GetPrompt,
     Post,
     Recall,
+    RecordReply,
+    RecordTool,
     Zoom,
 )
 from eva.live.writer import Writer
@@ -233,6 +237,24 @@ class ChannelActor:
                 return recall(self.shared.store, self.stream, item.query, self.shared.settings)
             case ForgetHere():
                 return await self._forget(item)
+            case DateOf():
+                message = self.shared.store.message(self.stream, item.index)
+                if message is None:
+                    return None
+                return message.posted.at_ms
+            case RecordTool():
+                tool = ToolCalled(
+                    at_ms=self.shared.wall_ms(),
+                    name=item.name,
+                    arguments=item.arguments,
+                    result_bytes=item.result_bytes,
+                )
+                await self._write([tool])
+                return None
+            case RecordReply():
+                await self._write([item.reply])
+                meta = self._meta()
+                return meta.replies if meta is not None else 0
             case _:
                 assert_never(item)
 

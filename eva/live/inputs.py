@@ -9,7 +9,7 @@ from typing import TypeAlias
 
 import msgspec
 
-from eva.core.events import ForgetBy
+from eva.core.events import ForgetBy, ReplyWritten
 
 
 class Post(msgspec.Struct, frozen=True, kw_only=True):
@@ -67,6 +67,26 @@ class Recall(msgspec.Struct, frozen=True, kw_only=True):
     query: str
 
 
+class DateOf(msgspec.Struct, frozen=True, kw_only=True):
+    """The date tool: when message `index` was posted."""
+
+    index: int
+
+
+class RecordTool(msgspec.Struct, frozen=True, kw_only=True):
+    """Append a tool.called event for a call Eva made (arguments as JSON text)."""
+
+    name: str
+    arguments: str
+    result_bytes: int
+
+
+class RecordReply(msgspec.Struct, frozen=True, kw_only=True):
+    """Append a reply.written event; answered with the guild channel's reply count this month."""
+
+    reply: ReplyWritten
+
+
 class ForgetHere(msgspec.Struct, frozen=True, kw_only=True):
     """Erase one person in this channel (the supervisor runs the rest of the forget)."""
 
@@ -75,5 +95,15 @@ class ForgetHere(msgspec.Struct, frozen=True, kw_only=True):
 
 
 ChannelInput: TypeAlias = (
-    Post | Edit | Delete | Describe | GetPrompt | Zoom | Recall | ForgetHere
+    Post
+    | Edit
+    | Delete
+    | Describe
+    | GetPrompt
+    | Zoom
+    | Recall
+    | DateOf
+    | RecordTool
+    | RecordReply
+    | ForgetHere
 )
