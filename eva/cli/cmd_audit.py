@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import argparse
 from datetime import UTC, datetime
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import msgspec
 
 from eva.cli.common import (
     UserError,
@@ -14,8 +15,11 @@ from eva.cli.common import (
     print_json,
 )
 from eva.core.address import Address
-from eva.core.audit import history, row_at
+from eva.core.audit import AuditEntry, history, row_at
+from eva.core.keys import StreamId
 from eva.core.render import render_line
+from eva.core.settings import MemorySettings
+from eva.memory.view import channel_zone
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -77,25 +81,15 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _entry_json(entry: object) -> dict[str, object]:
-    import msgspec
-
+def _entry_json(entry: AuditEntry) -> dict[str, object]:
     value = msgspec.to_builtins(entry)
     assert isinstance(value, dict)
     return value
 
 
-def show_row_at(args: argparse.Namespace, stream: object, time_ms: int) -> int:
-    from eva.core.keys import StreamId
-
-    assert isinstance(stream, StreamId)
+def show_row_at(args: argparse.Namespace, stream: StreamId, time_ms: int) -> int:
     store = open_store(args.data)
-    meta = store.meta(stream)
-    assert meta is not None
-    try:
-        zone = ZoneInfo(meta.time_zone)
-    except (ZoneInfoNotFoundError, ValueError):
-        zone = ZoneInfo("UTC")
+    zone = channel_zone(store.meta(stream), MemorySettings())
     found = row_at(store.events(stream), time_ms)
     if found is None:
         raise UserError(f"no row was published in {stream} at or before {args.at}")
