@@ -176,33 +176,39 @@ def _leaves(run: Run, upto: int) -> tuple[list[Task], list[LineWritten]]:
     for index in range(meta.leaf_frontier, min(upto, meta.messages)):
         if run.line(Address(index, 1)) is not None:
             continue
-        message = run.store.message(run.stream, index)
-        assert message is not None
-        posted = message.posted
-        if message.deleted:
-            work: str | LeafTask = ""
-            authors: tuple[int, ...] = ()
-        else:
-            rendered = render_message(posted.author_name, message.content, message.attachments)
-            work = leaf_work(index, posted.author_name, rendered, run.settings.line_limit)
-            authors = (posted.author_id,)
+        work = leaf_for(run, index)
         if isinstance(work, LeafTask):
             tasks.append(work)
-            continue
-        lines.append(
-            LineWritten(
-                at_ms=run.now_ms,
-                start=index,
-                size=1,
-                text=work,
-                first_ms=posted.at_ms,
-                last_ms=posted.at_ms,
-                authors=authors,
-                how="verbatim",
-            )
-        )
-    run.stats.leaves_verbatim += len(lines)
+        else:
+            lines.append(work)
     return tasks, stage(run, lines)
+
+
+def leaf_for(run: Run, index: int) -> LineWritten | LeafTask:
+    """The leaf of message `index`: verbatim if it fits (empty once erased), else a model task."""
+    message = run.store.message(run.stream, index)
+    assert message is not None
+    posted = message.posted
+    authors: tuple[int, ...] = ()
+    if message.deleted:
+        text = ""
+    else:
+        rendered = render_message(posted.author_name, message.content, message.attachments)
+        work = leaf_work(index, posted.author_name, rendered, run.settings.line_limit)
+        if isinstance(work, LeafTask):
+            return work
+        text, authors = work, (posted.author_id,)
+    run.stats.leaves_verbatim += 1
+    return LineWritten(
+        at_ms=run.now_ms,
+        start=index,
+        size=1,
+        text=text,
+        first_ms=posted.at_ms,
+        last_ms=posted.at_ms,
+        authors=authors,
+        how="verbatim",
+    )
 
 
 def _glue(

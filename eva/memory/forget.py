@@ -112,7 +112,7 @@ async def erase_in_stream(
     if indexes:
         await append(stream, [MessagesErased(at_ms=now_ms, person_hash=person, indexes=indexes)])
     # The fallback makes lines within the channel's line limit, or they could not land.
-    fallback = OfflineSummarizer()
+    fallback = OfflineSummarizer(settings.line_limit)
     stats = await remake(store, stream, summarizer, append, settings, now_ms, fallback=fallback)
     result.lines += (
         stats.leaves_verbatim + stats.merges_glue + stats.leaves_model + stats.merges_model

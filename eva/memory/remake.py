@@ -12,16 +12,16 @@ from itertools import groupby
 from eva.core.address import Address
 from eva.core.events import LineWritten
 from eva.core.keys import StreamId
-from eva.core.render import render_message
 from eva.core.settings import MemorySettings
-from eva.core.summarize import LeafTask, Summarizer, Task
-from eva.core.tree import glue_or_task, leaf_work
+from eva.core.summarize import Summarizer, Task
+from eva.core.tree import glue_or_task
 from eva.memory.compress import (
     Append,
     CompressStats,
     Run,
     append_lines,
     halves_of,
+    leaf_for,
     merged_line,
     stage,
     summarize_round,
@@ -63,7 +63,7 @@ def _level_work(run: Run, addresses: list[Address]) -> tuple[list[LineWritten], 
     for address in addresses:
         work: LineWritten | Task
         if address.size == 1:
-            work = _leaf(run, address.start)
+            work = leaf_for(run, address.start)
         else:
             left, right = halves_of(run, address)
             made = glue_or_task(address, left.text, right.text, run.settings.line_limit)
@@ -77,32 +77,6 @@ def _level_work(run: Run, addresses: list[Address]) -> tuple[list[LineWritten], 
         else:
             tasks.append(work)
     return stage(run, lines), tasks
-
-
-def _leaf(run: Run, index: int) -> LineWritten | LeafTask:
-    message = run.store.message(run.stream, index)
-    assert message is not None
-    posted = message.posted
-    authors: tuple[int, ...] = ()
-    if message.deleted:
-        text = ""
-    else:
-        rendered = render_message(posted.author_name, message.content, message.attachments)
-        work = leaf_work(index, posted.author_name, rendered, run.settings.line_limit)
-        if isinstance(work, LeafTask):
-            return work
-        text, authors = work, (posted.author_id,)
-    run.stats.leaves_verbatim += 1
-    return LineWritten(
-        at_ms=run.now_ms,
-        start=index,
-        size=1,
-        text=text,
-        first_ms=posted.at_ms,
-        last_ms=posted.at_ms,
-        authors=authors,
-        how="verbatim",
-    )
 
 
 async def _ask(
