@@ -50,7 +50,15 @@ from eva.memory.compress import CompressStats, compress, run_cutoff
 from eva.memory.forget import StreamErased, erase_in_stream
 from eva.memory.publish import LineSizes, publish
 from eva.memory.remake import remake
-from eva.memory.view import RowText, channel_zone, recall, row_lines, tail_messages, zoom
+from eva.memory.view import (
+    RowText,
+    ZoomError,
+    channel_zone,
+    recall,
+    row_lines,
+    tail_messages,
+    zoom,
+)
 from eva.store.event_store import Appended, EventStore
 
 log = logging.getLogger(__name__)
@@ -200,6 +208,8 @@ class ChannelActor:
                 request.reply()
                 return
             request.reply(await self._handle(item))
+        except ZoomError as error:  # a bad address from a person or a model: an answer, not a crash
+            request.reply(error=error)
         except Exception as error:  # an input that fails must not stop the channel
             self.shared.crashes += 1
             log.exception("channel %s failed on input %r", self.stream, item)

@@ -1,0 +1,465 @@
+# Eva answers a message: one request with her memory, a few rounds of tools, a reply.
+#
+# Shell: it calls the model through the anthropic SDK and reads the channel
+# only through its actor (`Supervisor.ask`). It may not know any channel but
+# the one it is handed: every tool acts on `stream`, and nothing the model
+# writes in its arguments names another one (an argument a tool does not take
+# is an error, and no tool takes a channel, guild or person id).
+# Invariants: the request carries four cache marks, in prefix order: the last
+# tool, the system prompt, the row block (changes only at a publish) and the
+# tail block (grows between publishes); the new message has none. At most
+# `tool_rounds` rounds of tools, then one last request that may not use them
+# (tool_choice none: the tools stay in the request so that prefix stays cached,
+# though the provider may not reuse the message blocks for that one request).
+# A reply is recorded only when the model gave one; a refusal or a model
+# failure records none. The guild's monthly quota is checked before any call.
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
+
+import anthropic
+from anthropic.types import (
+    CacheControlEphemeralParam,
+    Message,
+    MessageParam,
+    TextBlock,
+    TextBlockParam,
+    ToolChoiceParam,
+    ToolParam,
+    ToolResultBlockParam,
+    ToolUseBlock,
+    ToolUseBlockParam,
+)
+
+from eva.core.address import parse_address
+from eva.core.events import ReplyWritten, Usage
+from eva.core.keys import StreamId
+from eva.core.recall import RecallLine, RecallView, render_view
+from eva.core.settings import ModelSettings
+from eva.live.inputs import DateOf, GetPrompt, Post, Recall, RecordReply, RecordTool, Zoom
+from eva.live.supervisor import Supervisor
+from eva.memory.view import Zoomed, ZoomError
+from eva.model.client import (
+    ModelCallFailed,
+    ModelRequestRefused,
+    SpendLimitReached,
+    call_with_retries,
+)
+from eva.model.prompts import (
+    APOLOGY_TEXT,
+    DATE_PATTERN,
+    EMPTY_ANSWER_TEXT,
+    SYSTEM_PROMPT,
+    TOOLS,
+    new_message_text,
+    refusal_text,
+)
+from eva.store.event_store import EventStore
+
+log = logging.getLogger(__name__)
+
+RECALL_TOOL_BYTES = 6000
+EMPTY_TAIL_TEXT = "(no messages after the memory above yet)"
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyOutcome:
+    """What came of a question: the text to post and what it took."""
+
+    text: str
+    tool_calls: int = 0
+    usage: Usage = field(default_factory=Usage)
+    quota_left: int = 0
+    refused: bool = False  # the guild's replies for the month were used up; no model call
+    failed: bool = False  # the model did not answer; `text` is an apology, nothing recorded
+
+
+class _ModelFailed(Exception):
+    """The model could not be reached (after retries): Eva apologises."""
+
+
+_MODEL_ERRORS = (SpendLimitReached, ModelRequestRefused, ModelCallFailed, anthropic.APIError)
+
+
+Create = Callable[[], Awaitable[Message]]
+
+
+async def _call(create: Create, settings: ModelSettings, what: str) -> Message:
+    """One request, tried again by eva.model.client while retrying can help."""
+    try:
+        return await call_with_retries(create, settings, what)
+    except _MODEL_ERRORS as error:
+        raise _ModelFailed(f"{type(error).__name__}: {error}") from error
+
+
+# -- quota ----------------------------------------------------------------------
+
+
+def reply_month(wall_ms: int) -> str:
+    """`YYYY-MM` of a wall-clock time, in UTC: the month a reply counts against."""
+    return datetime.fromtimestamp(wall_ms / 1000, UTC).strftime("%Y-%m")
+
+
+def guild_replies(store: EventStore, guild_id: int, month: str) -> int:
+    """Replies Eva wrote in `month` across every channel of a guild."""
+    return sum(
+        meta.replies
+        for meta in store.streams()
+        if meta.guild_id == guild_id and meta.reply_month == month
+    )
+
+
+# -- the request ------------------------------------------------------------------
+
+
+def cache_mark(ttl: str) -> CacheControlEphemeralParam:
+    """The cache mark replies use: five minutes, or an hour when set so."""
+    if ttl == "1h":
+        return {"type": "ephemeral", "ttl": "1h"}
+    return {"type": "ephemeral"}
+
+
+def split_memory(block: str) -> tuple[str, str]:
+    """The memory block as (the row inside <memory> tags, the tail after it)."""
+    row, end, tail = block.partition("</memory>")
+    return row + end, tail.lstrip("\n")
+
+
+def first_turn(memory: str, question: Post, ttl: str) -> list[TextBlockParam]:
+    """The first user turn: the row and the tail, each with a cache mark, then the question."""
+    row, tail = split_memory(memory)
+    mark = cache_mark(ttl)
+    return [
+        {"type": "text", "text": row, "cache_control": mark},
+        {"type": "text", "text": tail or EMPTY_TAIL_TEXT, "cache_control": mark},
+        {
+            "type": "text",
+            "text": new_message_text(question.author_name, question.at_ms, question.content),
+        },
+    ]
+
+
+def marked_tools(ttl: str) -> list[ToolParam]:
+    """The tools, with a cache mark on the last one."""
+    *head, last = TOOLS
+    marked: ToolParam = {**last, "cache_control": cache_mark(ttl)}
+    return [*head, marked]
+
+
+def _add(total: Usage, message: Message) -> Usage:
+    usage = message.usage
+    return Usage(
+        input_tokens=total.input_tokens + usage.input_tokens,
+        output_tokens=total.output_tokens + usage.output_tokens,
+        cache_write_tokens=total.cache_write_tokens + (usage.cache_creation_input_tokens or 0),
+        cache_read_tokens=total.cache_read_tokens + (usage.cache_read_input_tokens or 0),
+    )
+
+
+# -- tools --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ToolAnswer:
+    """A tool's result as the model reads it."""
+
+    text: str
+    is_error: bool = False
+
+
+class _BadArguments(ValueError):
+    pass
+
+
+def _arguments(
+    name: str, given: object, required: frozenset[str], optional: frozenset[str]
+) -> dict[str, object]:
+    if not isinstance(given, dict):
+        raise _BadArguments(f"{name} takes a JSON object of arguments")
+    unknown = sorted(str(key) for key in given if key not in required | optional)
+    if unknown:
+        takes = ", ".join(sorted(required | optional))
+        raise _BadArguments(
+            f"{name} takes only {takes}, not {', '.join(unknown)}; "
+            "tools only ever read this channel"
+        )
+    missing = sorted(required - given.keys())
+    if missing:
+        raise _BadArguments(f"{name} needs {', '.join(missing)}")
+    return {str(key): value for key, value in given.items()}
+
+
+def _text(name: str, value: object, what: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise _BadArguments(f"{name}: {what} must be a non-empty string")
+    return value
+
+
+def _whole(name: str, value: object, what: str, least: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise _BadArguments(f"{name}: {what} must be a whole number of at least {least}")
+    return value
+
+
+def _day(name: str, value: object, what: str) -> str | None:
+    if value is None:
+        return None
+    text = _text(name, value, what)
+    try:
+        parsed = date.fromisoformat(text)
+    except ValueError:
+        parsed = None
+    if parsed is None or len(text) != 10:
+        raise _BadArguments(f"{name}: {what} must be a date YYYY-MM-DD ({DATE_PATTERN})")
+    return text
+
+
+def _same_person(author: str, person: str) -> bool:
+    def norm(name: str) -> str:
+        return " ".join(name.removeprefix("@").split()).casefold()
+
+    return norm(author) == norm(person)
+
+
+def filter_recall(
+    view: RecallView, person: str | None, after: str | None, before: str | None
+) -> RecallView:
+    """The hits of `view` written by `person`, posted on `after` or later and before `before`.
+
+    Filters what recall already found (its best hits within its byte cap), so
+    it narrows; it does not search further. A person matches by display name,
+    ignoring case, spacing and a leading @. Dates are the channel's local days
+    as shown (`RecallLine.time`). A hit that fails stays in its window as
+    context but loses its mark; a window with no hit left is dropped.
+    """
+
+    def kept(line: RecallLine) -> bool:
+        day = line.time[:10]
+        return (
+            (person is None or _same_person(line.author, person))
+            and (after is None or day >= after)
+            and (before is None or day < before)
+        )
+
+    windows = []
+    for window in view.windows:
+        lines = tuple(
+            line
+            if not line.hit or kept(line)
+            else RecallLine(
+                index=line.index,
+                at_ms=line.at_ms,
+                time=line.time,
+                author=line.author,
+                text=line.text,
+                hit=False,
+            )
+            for line in window
+        )
+        if any(line.hit for line in lines):
+            windows.append(lines)
+    hits = sum(line.hit for window in windows for line in window)
+    return RecallView(query=view.query, total=hits, shown_hits=hits, more=0, windows=tuple(windows))
+
+
+def _filter_note(person: str | None, after: str | None, before: str | None, seen: int) -> str:
+    parts = []
+    if person is not None:
+        parts.append(f"by {person}")
+    if after is not None:
+        parts.append(f"from {after}")
+    if before is not None:
+        parts.append(f"before {before}")
+    return f"(only hits {', '.join(parts)}, among the {seen} best matches of the words)"
+
+
+async def run_tool(
+    supervisor: Supervisor, stream: StreamId, name: str, arguments: object
+) -> ToolAnswer:
+    """Answer one tool call of the model, reading channel `stream` and nothing else."""
+    try:
+        return await _run_tool(supervisor, stream, name, arguments)
+    except _BadArguments as error:
+        return ToolAnswer(str(error), is_error=True)
+    except ZoomError as error:
+        return ToolAnswer(str(error), is_error=True)
+
+
+async def _run_tool(
+    supervisor: Supervisor, stream: StreamId, name: str, arguments: object
+) -> ToolAnswer:
+    match name:
+        case "zoom":
+            args = _arguments(name, arguments, frozenset({"address"}), frozenset({"page"}))
+            address = _text(name, args["address"], "address").strip()
+            try:
+                parse_address(address)
+            except ValueError as error:
+                raise _BadArguments(f"zoom: {error}") from None
+            page = _whole(name, args.get("page", 1), "page", 1)
+            zoomed = await supervisor.ask(stream, Zoom(address=address, page=page))
+            assert isinstance(zoomed, Zoomed)
+            return ToolAnswer(zoomed.text)
+        case "recall":
+            args = _arguments(
+                name, arguments, frozenset({"query"}), frozenset({"person", "after", "before"})
+            )
+            query = _text(name, args["query"], "query")
+            person = args.get("person")
+            who = None if person is None else _text(name, person, "person")
+            after = _day(name, args.get("after"), "after")
+            before = _day(name, args.get("before"), "before")
+            view = await supervisor.ask(stream, Recall(query=query))
+            assert isinstance(view, RecallView)
+            if who is None and after is None and before is None:
+                return ToolAnswer(render_view(view, RECALL_TOOL_BYTES))
+            narrowed = filter_recall(view, who, after, before)
+            note = _filter_note(who, after, before, view.shown_hits)
+            return ToolAnswer(f"{note}\n{render_view(narrowed, RECALL_TOOL_BYTES)}")
+        case "date":
+            args = _arguments(name, arguments, frozenset({"index"}), frozenset())
+            index = _whole(name, args["index"], "index", 0)
+            at_ms = await supervisor.ask(stream, DateOf(index=index))
+            if at_ms is None:
+                return ToolAnswer(f"no message {index}")
+            assert isinstance(at_ms, int)
+            posted = datetime.fromtimestamp(at_ms / 1000, UTC).strftime("%Y-%m-%dT%H:%MZ")
+            return ToolAnswer(f"message {index} was posted {posted}")
+        case _:
+            return ToolAnswer(
+                f"there is no tool {name[:64]!r}; the tools are zoom, recall and date",
+                is_error=True,
+            )
+
+
+# -- the reply ------------------------------------------------------------------------
+
+
+async def write_reply(
+    supervisor: Supervisor,
+    stream: StreamId,
+    question: Post,
+    client: anthropic.AsyncAnthropic,
+    settings: ModelSettings,
+    wall_ms: int,
+) -> ReplyOutcome:
+    """Eva's answer to `question` in `stream`, with her memory and tools of that channel only.
+
+    Refuses without calling the model when the guild's replies for the month
+    are used up; apologises (recording no reply) when the model fails.
+    """
+    store = supervisor.shared.store
+    month = reply_month(wall_ms)
+    limit = settings.replies_per_guild_month
+    used = guild_replies(store, stream.guild_id, month)
+    if used >= limit:
+        log.info(
+            "reply in %s refused: guild %d used %d of %d replies in %s",
+            stream,
+            stream.guild_id,
+            used,
+            limit,
+            month,
+        )
+        return ReplyOutcome(text=refusal_text(limit), quota_left=0, refused=True)
+
+    memory = await supervisor.ask(stream, GetPrompt())
+    assert isinstance(memory, str)
+    tools = marked_tools(settings.cache_ttl)
+    system: list[TextBlockParam] = [
+        {"type": "text", "text": SYSTEM_PROMPT, "cache_control": cache_mark(settings.cache_ttl)}
+    ]
+    messages: list[MessageParam] = [
+        {"role": "user", "content": first_turn(memory, question, settings.cache_ttl)}
+    ]
+    usage = Usage()
+    tool_calls = 0
+    model = settings.reply_model
+    answer = ""
+    try:
+        for round_number in range(settings.tool_rounds + 1):
+            last = round_number == settings.tool_rounds
+            choice: ToolChoiceParam = {"type": "none"} if last else {"type": "auto"}
+            sent = list(messages)
+
+            async def create(
+                sent: list[MessageParam] = sent, choice: ToolChoiceParam = choice
+            ) -> Message:
+                return await client.messages.create(
+                    model=settings.reply_model,
+                    max_tokens=settings.reply_max_tokens,
+                    tools=tools,
+                    tool_choice=choice,
+                    system=system,
+                    messages=sent,
+                )
+
+            response = await _call(create, settings, f"reply in {stream}")
+            usage = _add(usage, response)
+            model = response.model or model
+            answer = "".join(b.text for b in response.content if isinstance(b, TextBlock))
+            uses = [b for b in response.content if isinstance(b, ToolUseBlock)]
+            if last or not uses:
+                break
+            messages.append({"role": "assistant", "content": _assistant_blocks(response)})
+            results: list[ToolResultBlockParam] = []
+            for use in uses:
+                result = await run_tool(supervisor, stream, use.name, use.input)
+                tool_calls += 1
+                await supervisor.ask(
+                    stream,
+                    RecordTool(
+                        name=use.name[:64],
+                        arguments=json.dumps(use.input, ensure_ascii=False, sort_keys=True),
+                        result_bytes=len(result.text.encode()),
+                    ),
+                )
+                results.append(
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": use.id,
+                        "content": result.text,
+                        "is_error": result.is_error,
+                    }
+                )
+            messages.append({"role": "user", "content": results})
+    except _ModelFailed as error:
+        log.error("reply in %s failed, the model did not answer: %s", stream, error)
+        return ReplyOutcome(
+            text=APOLOGY_TEXT,
+            tool_calls=tool_calls,
+            usage=usage,
+            quota_left=max(limit - used, 0),
+            failed=True,
+        )
+
+    text = answer.strip() or EMPTY_ANSWER_TEXT
+    reply = ReplyWritten(
+        at_ms=wall_ms,
+        model=model,
+        usage=usage,
+        to_message_id=question.message_id,
+        tool_calls=tool_calls,
+        text_bytes=len(text.encode()),
+        month=month,
+    )
+    await supervisor.ask(stream, RecordReply(reply=reply))
+    left = max(limit - guild_replies(store, stream.guild_id, month), 0)
+    return ReplyOutcome(text=text, tool_calls=tool_calls, usage=usage, quota_left=left)
+
+
+def _assistant_blocks(response: Message) -> list[TextBlockParam | ToolUseBlockParam]:
+    """The model's turn as it is sent back: its text and tool uses (empty text left out)."""
+    blocks: list[TextBlockParam | ToolUseBlockParam] = []
+    for block in response.content:
+        if isinstance(block, TextBlock) and block.text:
+            blocks.append({"type": "text", "text": block.text})
+        elif isinstance(block, ToolUseBlock):
+            # The API wants an object here; a malformed one is answered as an error anyway.
+            given = block.input if isinstance(block.input, dict) else {}
+            blocks.append({"type": "tool_use", "id": block.id, "name": block.name, "input": given})
+    return blocks
