@@ -22,6 +22,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "eva.cli.cmd_forget",
     "eva.cli.cmd_serve",
     "eva.cli.cmd_status",
+    "eva.cli.cmd_cost",
 )
 
 
