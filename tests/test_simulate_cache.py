@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from eva.cli.cmd_cost import reply_turns
+from eva.cli.cmd_simulate_cache import reply_turns
 from eva.cli.main import main
 from eva.core.cache_model import Block, CacheSimulator, RequestUsage
 from eva.core.costs import cost_of
