@@ -79,7 +79,8 @@ def run(args: argparse.Namespace) -> int:
     for stream in streams:
         started = time.perf_counter()
         now_ms = int(time.time() * 1000)
-        report = trio.run(build_channel, store, stream, OfflineSummarizer(), settings, now_ms)
+        summarizer = OfflineSummarizer(settings.line_limit)
+        report = trio.run(build_channel, store, stream, summarizer, settings, now_ms)
         results.append(report_json(stream, report, time.perf_counter() - started))
     if args.json:
         print_json({"channels": results})

@@ -75,7 +75,8 @@ def run(args: argparse.Namespace) -> int:
     )
     store = open_store(args.data)
     now_ms = int(time.time() * 1000)
-    build = trio.run(build_channel, store, stream, OfflineSummarizer(), settings, now_ms)
+    summarizer = OfflineSummarizer(settings.line_limit)
+    build = trio.run(build_channel, store, stream, summarizer, settings, now_ms)
     stats = build.stats
     meta = store.meta(stream)
     assert meta is not None

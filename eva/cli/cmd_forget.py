@@ -132,7 +132,7 @@ def _run(
             person,
             streams,
             by,
-            OfflineSummarizer(),
+            OfflineSummarizer(settings.line_limit),
             append,
             settings,
             int(time.time() * 1000),

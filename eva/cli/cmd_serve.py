@@ -544,8 +544,10 @@ async def watch_signals(
 
 
 async def settle(store: EventStore, settings: MemorySettings, supervisor: Supervisor) -> None:
-    """Wait until no channel has compression due or merges ready, and writes have stopped.
+    """Wait until no channel has compression due or lines to remake, and writes have stopped.
 
+    Merges may stay ready at rest (a run leaves a request's worth less than
+    full for the next one), so ready merges alone do not count as unfinished.
     The store shows what is due; a run in progress between two of its writes
     can look finished there, so this also waits until the writer has had
     nothing to commit for one poll (the offline summarizer never pauses a run).
@@ -553,8 +555,8 @@ async def settle(store: EventStore, settings: MemorySettings, supervisor: Superv
     appends = -1
     while True:
         now = supervisor.statistics().appends
-        done = all(
-            meta.ready == 0 and not compression_due(meta, settings) for meta in store.streams()
+        done = not any(
+            meta.stale or compression_due(meta, settings) for meta in store.streams()
         )
         if done and now == appends:
             return

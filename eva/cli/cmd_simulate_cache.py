@@ -125,7 +125,7 @@ def play_export(
             store = EventStore(backend)
             if others:
                 store.append(stream, others)
-            memory = Memory(store, stream, OfflineSummarizer(), settings)
+            memory = Memory(store, stream, OfflineSummarizer(settings.line_limit), settings)
             trio.run(memory.play, posts)
             return [event for _, event in store.events(stream)]
         finally:

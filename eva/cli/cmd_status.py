@@ -65,13 +65,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def pending_tasks(meta: StreamMeta, settings: MemorySettings) -> int:
-    """Merges ready now, plus the messages still without a leaf when compression is due.
+    """Merges ready now and lines to remake, plus the unleafed messages when compression is due.
 
     The second part is an estimate: a run leaves the newest ~`tail_keep_bytes`
     without leaves, so it writes somewhat fewer leaves than this counts.
     """
     unleafed = meta.messages - meta.leaf_frontier if compression_due(meta, settings) else 0
-    return meta.ready + unleafed
+    return meta.ready + meta.stale + unleafed
 
 
 def channel_status(store: EventStore, meta: StreamMeta, settings: MemorySettings) -> ChannelStatus:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterator
 
+import ahocorasick
 import msgspec
 
 from eva.core import keys
@@ -138,11 +139,19 @@ def proof_texts(forgotten: list[str], surviving: list[str]) -> list[str]:
 
     Texts under PROOF_MIN_BYTES are too common to prove anything, and a text
     that someone else also wrote (it appears in a surviving message) may
-    rightly stay; the rest must appear nowhere.
+    rightly stay; the rest must appear nowhere. One pass over the surviving
+    texts finds them all.
     """
-    haystack = "\0".join(surviving)
-    found = []
-    for text in dict.fromkeys(t.strip() for t in forgotten):
-        if len(text.encode()) >= PROOF_MIN_BYTES and text not in haystack:
-            found.append(text)
-    return found
+    candidates = [
+        text
+        for text in dict.fromkeys(t.strip() for t in forgotten)
+        if len(text.encode()) >= PROOF_MIN_BYTES
+    ]
+    if not candidates:
+        return []
+    automaton = ahocorasick.Automaton(ahocorasick.STORE_INTS)
+    for number, text in enumerate(candidates):
+        automaton.add_word(text, number)
+    automaton.make_automaton()
+    shared = {number for _, number in automaton.iter("\0".join(surviving))}
+    return [text for number, text in enumerate(candidates) if number not in shared]

@@ -8,6 +8,7 @@
 # always passes `validate_line` and keeps `Name:` prefixes while they fit.
 from __future__ import annotations
 
+import inspect
 import re
 from collections.abc import Sequence
 from typing import Protocol, TypeAlias
@@ -58,9 +59,18 @@ class Summary(msgspec.Struct, frozen=True, kw_only=True):
 class Summarizer(Protocol):
     """Anything that turns a batch of tasks into summaries, one per task, in order."""
 
-    async def summarize(self, tasks: Sequence[Task]) -> list[Summary]:
-        """The summaries of `tasks`."""
+    async def summarize(self, tasks: Sequence[Task], urgent: bool = True) -> list[Summary]:
+        """The summaries of `tasks`; unless `urgent`, a slower, cheaper path may be taken."""
         ...
+
+
+async def summarize_tasks(
+    summarizer: Summarizer, tasks: Sequence[Task], urgent: bool = True
+) -> list[Summary]:
+    """`summarizer.summarize(tasks)`, saying `urgent=False` only to summarizers that take it."""
+    if urgent or "urgent" not in inspect.signature(summarizer.summarize).parameters:
+        return await summarizer.summarize(tasks)
+    return await summarizer.summarize(tasks, urgent=False)
 
 
 def line_problem(text: str, limit: int = LINE_LIMIT_BYTES) -> str | None:
@@ -215,8 +225,8 @@ class OfflineSummarizer:
     def __init__(self, limit: int = LINE_LIMIT_BYTES) -> None:
         self.limit = limit
 
-    async def summarize(self, tasks: Sequence[Task]) -> list[Summary]:
-        """The offline summaries of `tasks`, in order."""
+    async def summarize(self, tasks: Sequence[Task], urgent: bool = True) -> list[Summary]:
+        """The offline summaries of `tasks`, in order (urgent or not, the same)."""
         return [
             Summary(address=task.address, text=offline_line(task, self.limit), model=OFFLINE_MODEL)
             for task in tasks

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import trio
 
-from eva.core.summarize import Summarizer, Summary, Task
+from eva.core.summarize import Summarizer, Summary, Task, summarize_tasks
 
 log = logging.getLogger(__name__)
 
@@ -27,12 +27,12 @@ class LimitedSummarizer:
         self.calls = 0
         self.failures = 0
 
-    async def summarize(self, tasks: Sequence[Task]) -> list[Summary]:
+    async def summarize(self, tasks: Sequence[Task], urgent: bool = True) -> list[Summary]:
         async with self.limiter:
             self.calls += 1
             try:
                 with trio.fail_after(self.timeout_s):
-                    return await self.inner.summarize(tasks)
+                    return await summarize_tasks(self.inner, tasks, urgent)
             except trio.TooSlowError:
                 self.failures += 1
                 raise TimeoutError(f"the model took over {self.timeout_s} s") from None

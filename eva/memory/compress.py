@@ -20,7 +20,15 @@ from eva.core.events import AnyEvent, LineWritten
 from eva.core.keys import StreamId
 from eva.core.render import render_message
 from eva.core.settings import MemorySettings
-from eva.core.summarize import LeafTask, MergeTask, Summarizer, Summary, Task, validate_line
+from eva.core.summarize import (
+    LeafTask,
+    MergeTask,
+    Summarizer,
+    Summary,
+    Task,
+    summarize_tasks,
+    validate_line,
+)
 from eva.core.timing import compression_cutoff
 from eva.core.tree import glue_or_task, leaf_work
 from eva.store.event_store import Appended, EventStore
@@ -110,7 +118,7 @@ async def compress(
         sending, tasks = _next_round(tasks, settings, urgent)
         if not sending:
             break
-        retry, staged = await summarize_round(run, summarizer, sending)
+        retry, staged = await summarize_round(run, summarizer, sending, urgent)
         queued -= {line_address(line) for line in staged}
         tasks.extend(retry)
         candidates = _parents_ready(run, staged)
@@ -271,9 +279,9 @@ def merged_line(
 
 
 async def summarize_round(
-    run: Run, summarizer: Summarizer, tasks: list[Task]
+    run: Run, summarizer: Summarizer, tasks: list[Task], urgent: bool = True
 ) -> tuple[list[Task], list[LineWritten]]:
-    """Ask for up to `model_calls_in_flight` batches at once.
+    """Ask for up to `model_calls_in_flight` batches at once (unless `urgent`, maybe slower).
 
     Returns the tasks to ask again and the lines made (staged, for the caller to append).
     """
@@ -285,7 +293,7 @@ async def summarize_round(
         run.stats.model_requests += 1
         run.stats.model_input_bytes += sum(_task_bytes(t) for t in batch)
         try:
-            answers[position] = await summarizer.summarize(batch)
+            answers[position] = await summarize_tasks(summarizer, batch, urgent)
         except Exception as error:  # a failing model must not lose the run's other work
             log.warning("summarizer failed on %d tasks: %s", len(batch), error)
 

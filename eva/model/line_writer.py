@@ -26,7 +26,13 @@ from eva.core.events import Usage
 from eva.core.render import LINE_LIMIT_BYTES, cut_to_bytes, utf8_size
 from eva.core.settings import ModelSettings
 from eva.core.summarize import LeafTask, MergeTask, Summary, Task
-from eva.model.client import BACKOFF_FIRST_S, SpendLimitReached, call_with_retries
+from eva.model.client import (
+    BACKOFF_FIRST_S,
+    ModelCallFailed,
+    ModelRequestRefused,
+    SpendLimitReached,
+    call_with_retries,
+)
 
 log = logging.getLogger(__name__)
 
@@ -254,7 +260,12 @@ class ClaudeLineWriter:
         for task in outcome.missing:
             log.info("no usable line for %s in a reply; asking for it alone",
                      format_address(task.address))
-            alone = await self._write([task], ledger, via_batch=False)
+            try:
+                alone = await self._write([task], ledger, via_batch=False)
+            except (ModelCallFailed, ModelRequestRefused) as error:
+                log.warning("asking for %s alone failed (%s); it stays pending",
+                            format_address(task.address), error)
+                continue
             lines.update(alone.lines)
             model = model or alone.model
             if alone.missing:
@@ -329,7 +340,11 @@ class ClaudeLineWriter:
             conversation.append({"role": "assistant", "content": reply_text(message)})
             conversation.append({"role": "user", "content": feedback})
             asked = [by_address[address] for address in shortest]
-            message = await self._ask(conversation, asked)
+            try:
+                message = await self._ask(conversation, asked)
+            except ModelCallFailed as error:
+                log.warning("asking to shorten %d lines failed (%s)", len(asked), error)
+                break
             answers = parse_lines(reply_text(message))
             again = {
                 task.address: said[0]

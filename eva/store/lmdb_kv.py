@@ -12,6 +12,7 @@ import shutil
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from itertools import islice
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -25,6 +26,7 @@ T = TypeVar("T")
 INITIAL_MAP_BYTES = 64 * 1024 * 1024
 DATA_FILE = "data.mdb"
 COMPACT_DIR = "compacting"
+COPY_CHUNK = 65536
 
 _open_lock = threading.Lock()
 _open_backends: dict[str, LmdbBackend] = {}
@@ -113,20 +115,24 @@ class LmdbBackend:
         self.map_grown += 1
 
     def compact(self) -> tuple[int, int]:
-        """Rewrite the data file by a compacting copy that replaces it atomically.
+        """Rewrite the data file by a copy of the live entries that replaces it atomically.
 
-        LMDB keeps the old bytes of rewritten values in freed pages; the copy
-        holds only live pages. The caller pauses every writer; reads taken
-        before this call must be finished. Returns the file size before and after.
+        LMDB keeps the old bytes of rewritten values in freed pages, and the
+        keys of deleted entries as separators in branch pages; its own
+        compacting copy (`env.copy(compact=True)`) copies those branch pages
+        as they are. So the copy is built anew: every live entry inserted in
+        key order into an empty file, which holds neither. The caller pauses
+        every writer; reads taken before this call must be finished. Returns
+        the file size before and after.
         """
         with self._write_lock:
             before = _file_bytes(self.path)
             target = self.path / COMPACT_DIR
             shutil.rmtree(target, ignore_errors=True)
             target.mkdir()
-            self.env.copy(str(target), compact=True)
-            _fsync_file(target / DATA_FILE)
             map_size = self.map_bytes()
+            _copy_live(self.env, self.dbs, target, map_size)
+            _fsync_file(target / DATA_FILE)
             self.env.close()
             os.replace(target / DATA_FILE, self.path / DATA_FILE)
             _fsync_dir(self.path)
@@ -153,6 +159,35 @@ def open_backend(path: Path | str, map_bytes: int = INITIAL_MAP_BYTES) -> LmdbBa
             backend = LmdbBackend(Path(resolved), map_bytes)
             _open_backends[resolved] = backend
         return backend
+
+
+def _copy_live(source: Any, dbs: dict[Table, Any], target: Path, map_bytes: int) -> None:
+    """A new environment at `target` holding every live entry of `source`, and nothing else."""
+    fresh = lmdb.open(
+        str(target),
+        map_size=map_bytes,
+        max_dbs=len(ALL_TABLES) + 4,
+        sync=False,
+        metasync=False,
+        lock=False,
+        readahead=False,
+    )
+    try:
+        with source.begin() as reading:
+            for table in ALL_TABLES:
+                _copy_table(reading.cursor(db=dbs[table]), fresh, table)
+        fresh.sync(True)
+    finally:
+        fresh.close()
+
+
+def _copy_table(entries: Any, fresh: Any, table: Table) -> None:
+    """Append one table's entries, in key order, in transactions of COPY_CHUNK entries."""
+    db = fresh.open_db(table.encode())
+    pending = entries.iternext()
+    while chunk := list(islice(pending, COPY_CHUNK)):
+        with fresh.begin(write=True, db=db) as writing:
+            writing.cursor().putmulti(chunk, append=True)
 
 
 def _fsync_file(path: Path) -> None:
