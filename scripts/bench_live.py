@@ -1,0 +1,285 @@
+"""Benchmark the live supervisor: many channels ingesting at once, prompts, sleeping channels.
+
+Feeds the shared sample's 45,707 messages (read in place, never copied) across
+200 channels, message i to channel i % 200, with one sender task per channel
+sending its messages in order as fast as the supervisor takes them, while
+compression runs in the background on the offline summarizer. Two ingest
+phases: the default settings (the 48 KiB mark is not reached with ~230
+messages a channel, so no compression runs) and small marks
+(--compress-at-kib, default 4) so compression really runs during ingest. Then
+it times GetPrompt on random awake channels, and, in a fresh directory first
+thing in the process, measures what a sleeping channel costs in memory.
+The last line printed is one JSON object.
+
+    python scripts/bench_live.py [--channels 200] [--compress-at-kib 4]
+                                 [--sleeping-channels 10000] [--prompts 3000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import random
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from eva.cli.cmd_import import read_export
+from eva.cli.cmd_serve import post_of, settle
+from eva.core.dce import export_events, parse_export
+from eva.core.events import MessagePosted
+from eva.core.keys import StreamId
+from eva.core.settings import KIB, LiveSettings, MemorySettings
+from eva.core.summarize import OfflineSummarizer
+from eva.live.inputs import GetPrompt, Post
+from eva.live.supervisor import Supervisor, open_supervisor
+from eva.store.event_store import EventStore
+from eva.store.lmdb_kv import open_backend
+
+SAMPLE = Path(__file__).resolve().parents[2] / "shared" / "data" / "komodo-talk-general.dce.json.gz"
+GUILD = 1
+IDLE_SECONDS = 0.5
+QUIET_MS = 1000
+INGEST_LIMIT_S = 600.0
+STEP_LIMIT_S = 120.0
+
+
+def p99_ms(samples: Sequence[float]) -> float:
+    ordered = sorted(samples)
+    if not ordered:
+        return 0.0
+    return round(ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1000, 3)
+
+
+def note(text: str) -> None:
+    print(f"bench_live: {text}", file=sys.stderr, flush=True)
+
+
+def memory_kb() -> dict[str, int]:
+    """VmRSS, RssAnon and RssFile of this process, in KiB (Linux)."""
+    found = {}
+    for line in Path("/proc/self/status").read_text().splitlines():
+        name, _, value = line.partition(":")
+        if name in ("VmRSS", "RssAnon", "RssFile"):
+            found[name] = int(value.split()[0])
+    return found
+
+
+def spread(posts: Sequence[Post], channels: int, first_channel: int) -> dict[StreamId, list[Post]]:
+    """Message i goes to channel i % channels, each channel keeping the sample's order."""
+    by_channel: dict[StreamId, list[Post]] = {}
+    for i, post in enumerate(posts):
+        stream = StreamId(GUILD, first_channel + i % channels)
+        by_channel.setdefault(stream, []).append(post)
+    return by_channel
+
+
+async def ingest(
+    supervisor: Supervisor, by_channel: dict[StreamId, list[Post]]
+) -> tuple[float, list[float]]:
+    """Send every channel's messages concurrently; (seconds, each ask's latency)."""
+    latencies: list[float] = []
+
+    async def sender(stream: StreamId, posts: list[Post]) -> None:
+        for post in posts:
+            started = time.perf_counter()
+            answer = await supervisor.ask(stream, post)
+            latencies.append(time.perf_counter() - started)
+            assert answer is not None, "a new message was answered as already stored"
+
+    started = time.perf_counter()
+    with trio.fail_after(INGEST_LIMIT_S):
+        async with trio.open_nursery() as nursery:
+            for stream, posts in by_channel.items():
+                nursery.start_soon(sender, stream, posts)
+    return time.perf_counter() - started, latencies
+
+
+async def wait_asleep(supervisor: Supervisor, limit_s: float = STEP_LIMIT_S) -> float:
+    started = time.perf_counter()
+    with trio.fail_after(limit_s):
+        while True:  # polled: the supervisor has no event for "everyone asleep"
+            if supervisor.statistics().awake == 0:
+                break
+            await trio.sleep(0.05)
+    return time.perf_counter() - started
+
+
+async def time_prompts(
+    supervisor: Supervisor, streams: list[StreamId], count: int, rng: random.Random
+) -> list[float]:
+    samples = []
+    for _ in range(count):
+        stream = rng.choice(streams)
+        started = time.perf_counter()
+        await supervisor.ask(stream, GetPrompt())
+        samples.append(time.perf_counter() - started)
+    return samples
+
+
+async def ingest_phase(
+    data: Path,
+    posts: Sequence[Post],
+    channels: int,
+    settings: MemorySettings,
+    prompts: int,
+) -> dict[str, Any]:
+    """Ingest into `channels` channels, let compression finish, time prompts, let them sleep."""
+    store = EventStore(open_backend(data))
+    by_channel = spread(posts, channels, first_channel=1)
+    live = LiveSettings(idle_seconds=IDLE_SECONDS)
+    rng = random.Random(7)
+    async with open_supervisor(store, OfflineSummarizer(), settings, live) as supervisor:
+        seconds, latencies = await ingest(supervisor, by_channel)
+        ingested = supervisor.statistics()
+        note(f"ingested in {seconds:.2f} s; waiting for compression")
+        settle_started = time.perf_counter()
+        with trio.fail_after(STEP_LIMIT_S):
+            await settle(store, settings, supervisor)
+        settle_s = time.perf_counter() - settle_started
+        streams = list(by_channel)
+        note("timing prompts")
+        with trio.fail_after(STEP_LIMIT_S):
+            warm = await time_prompts(supervisor, streams, prompts, rng)  # actors are awake
+        note("waiting for every actor to sleep")
+        asleep_s = await wait_asleep(supervisor)
+        note("timing prompts that wake a channel")
+        with trio.fail_after(STEP_LIMIT_S):
+            cold = await time_prompts(supervisor, streams, len(streams), rng)  # wakes each
+        stats = supervisor.statistics()
+    metas = store.streams()
+    return {
+        "channels": channels,
+        "messages": len(posts),
+        "ingest_s": round(seconds, 3),
+        "ingest_msgs_per_s": round(len(posts) / seconds),
+        "store_p50_ms": round(sorted(latencies)[len(latencies) // 2] * 1000, 3),
+        "store_p99_ms": p99_ms(latencies),
+        "store_max_ms": round(max(latencies) * 1000, 3),
+        "tasks_done_during_ingest": ingested.tasks_done,
+        "settle_s": round(settle_s, 3),
+        "tasks_done": stats.tasks_done,
+        "commits": stats.commits,
+        "appends": stats.appends,
+        "publishes_pending": sum(m.leaf_frontier > m.row_frontier for m in metas),
+        "rows_published": sum(m.row_seq >= 0 for m in metas),
+        "prompt_p50_ms": round(sorted(warm)[len(warm) // 2] * 1000, 3) if warm else 0.0,
+        "prompt_p99_ms": p99_ms(warm),
+        "prompt_cold_p99_ms": p99_ms(cold),
+        "sleep_wait_s": round(asleep_s, 3),
+    }
+
+
+async def sleeping_phase(data: Path, posts: Sequence[Post], channels: int) -> dict[str, Any]:
+    """What a sleeping channel costs: RSS before feeding `channels` channels vs after they sleep.
+
+    Each channel gets its share of the sample (message i to channel i % channels),
+    then every actor goes to sleep (idle_seconds is small; no compression is due,
+    so nothing keeps them awake). A sleeping channel should hold nothing in the
+    process: the supervisor forgets its actor and its state is in LMDB. The
+    difference in RSS, divided by the channels, is what each one still costs;
+    it includes the LMDB pages this process touched (file-backed, counted in
+    RSS), so the anonymous part (the Python heap) is reported apart. A few
+    channels are fed and put to sleep first so that one-time allocations
+    (code paths run for the first time, caches) do not count against them.
+    """
+    store = EventStore(open_backend(data))
+    settings = MemorySettings()
+    live = LiveSettings(idle_seconds=IDLE_SECONDS)
+    async with open_supervisor(store, OfflineSummarizer(), settings, live) as supervisor:
+        await ingest(supervisor, spread(posts[:2000], 20, first_channel=10_000_000))
+        await wait_asleep(supervisor)
+        gc.collect()
+        before = memory_kb()
+        _, latencies = await ingest(supervisor, spread(posts, channels, first_channel=1))
+        awake_peak = supervisor.statistics().awake
+        await wait_asleep(supervisor)
+        gc.collect()
+        after = memory_kb()
+        stats = supervisor.statistics()
+    per = {k: (after[k] - before[k]) / channels for k in after}
+    return {
+        "sleeping_channels": channels,
+        "awake_after_ingest": awake_peak,
+        "slept": stats.slept,
+        "rss_before_mb": round(before["VmRSS"] / 1024, 1),
+        "rss_after_mb": round(after["VmRSS"] / 1024, 1),
+        "rss_per_channel_kb": round(per["VmRSS"], 2),
+        "anon_per_channel_kb": round(per["RssAnon"], 2),
+        "file_per_channel_kb": round(per["RssFile"], 2),
+        "store_p99_ms": p99_ms(latencies),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--export", type=Path, default=SAMPLE)
+    parser.add_argument("--channels", type=int, default=200)
+    parser.add_argument("--compress-at-kib", type=int, default=4)
+    parser.add_argument("--sleeping-channels", type=int, default=10_000)
+    parser.add_argument("--prompts", type=int, default=3000)
+    args = parser.parse_args()
+    if not args.export.exists():
+        print(f"no sample at {args.export}; nothing to measure", file=sys.stderr)
+        return 0
+    export = parse_export(read_export(args.export))
+    posts = [post_of(e) for e in export_events(export, None, lambda _: None)
+             if isinstance(e, MessagePosted)]
+    default = MemorySettings(quiet_ms=QUIET_MS)
+    small = MemorySettings(
+        quiet_ms=QUIET_MS,
+        compress_at_bytes=args.compress_at_kib * KIB,
+        tail_keep_bytes=args.compress_at_kib * KIB // 4,
+        overflow_tail_bytes=args.compress_at_kib * KIB * 2,
+    ).check()
+    with tempfile.TemporaryDirectory(prefix="eva-bench-live-") as tmp:
+        root = Path(tmp)
+        sleeping = trio.run(sleeping_phase, root / "sleeping", posts, args.sleeping_channels)
+        print("sleeping channels:", json.dumps(sleeping), file=sys.stderr)
+        plain = trio.run(ingest_phase, root / "default", posts, args.channels, default,
+                         args.prompts)
+        print("default marks:", json.dumps(plain), file=sys.stderr)
+        compressing = trio.run(ingest_phase, root / "small", posts, args.channels, small,
+                               args.prompts)
+        print("small marks:", json.dumps(compressing), file=sys.stderr)
+        rss_mb = round(memory_kb()["VmRSS"] / 1024, 1)
+    worst = min(plain["ingest_msgs_per_s"], compressing["ingest_msgs_per_s"])
+    result = {
+        "channels": args.channels,
+        "messages": len(posts),
+        "ingest_msgs_per_s": worst,
+        "ingest_msgs_per_s_default_marks": plain["ingest_msgs_per_s"],
+        "ingest_msgs_per_s_compressing": compressing["ingest_msgs_per_s"],
+        "store_p99_ms": max(plain["store_p99_ms"], compressing["store_p99_ms"]),
+        "prompt_p99_ms": max(plain["prompt_p99_ms"], compressing["prompt_p99_ms"]),
+        "prompt_cold_p99_ms": max(plain["prompt_cold_p99_ms"], compressing["prompt_cold_p99_ms"]),
+        "tasks_done": compressing["tasks_done"],
+        "tasks_done_during_ingest": compressing["tasks_done_during_ingest"],
+        "rss_mb": rss_mb,
+        "rss_per_channel_kb": sleeping["rss_per_channel_kb"],
+        "anon_per_channel_kb": sleeping["anon_per_channel_kb"],
+        "sleeping_channels": sleeping["sleeping_channels"],
+        "settings": {
+            "default_phase": {"compress_at_bytes": default.compress_at_bytes,
+                              "quiet_ms": default.quiet_ms},
+            "compress_phase": {
+                "compress_at_bytes": small.compress_at_bytes,
+                "tail_keep_bytes": small.tail_keep_bytes,
+                "overflow_tail_bytes": small.overflow_tail_bytes,
+                "quiet_ms": small.quiet_ms,
+            },
+            "idle_seconds": IDLE_SECONDS,
+        },
+    }
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
