@@ -42,21 +42,29 @@ def message_line(message: ShownMessage, tz: tzinfo = UTC) -> str:
 
 def render_tail(messages: Sequence[ShownMessage], cap_bytes: int, tz: tzinfo = UTC) -> str:
     """The tail, oldest first, cut from the oldest end to stay within `cap_bytes`."""
-    shown = [m for m in messages if not m.deleted]
-    lines = [message_line(m, tz) for m in shown]
-    sizes = [len(line.encode()) + 1 for line in lines]
+    return cap_tail(tail_lines(messages, tz), cap_bytes)
+
+
+def tail_lines(messages: Sequence[ShownMessage], tz: tzinfo = UTC) -> list[tuple[int, str]]:
+    """(index, rendered line) of each message still shown, oldest first."""
+    return [(m.index, message_line(m, tz)) for m in messages if not m.deleted]
+
+
+def cap_tail(lines: Sequence[tuple[int, str]], cap_bytes: int) -> str:
+    """Rendered tail lines joined, the oldest cut (with a note naming them) to fit `cap_bytes`."""
+    sizes = [len(line.encode()) + 1 for _, line in lines]
     total = sum(sizes)
     first = 0
     while total > cap_bytes and first < len(lines):
         total -= sizes[first]
         first += 1
     if first == 0:
-        return "\n".join(lines)
+        return "\n".join(line for _, line in lines)
     note = (
-        f"[messages {shown[0].index}..{shown[first - 1].index} are not shown here: "
+        f"[messages {lines[0][0]}..{lines[first - 1][0]} are not shown here: "
         "no published line covers them yet; zoom and recall reach them]"
     )
-    return "\n".join([note, *lines[first:]])
+    return "\n".join([note, *(line for _, line in lines[first:])])
 
 
 def memory_block(row_lines: Sequence[str], tail: str) -> str:

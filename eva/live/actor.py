@@ -16,7 +16,7 @@ from typing import Any, assert_never
 
 import trio
 
-from eva.core.block import ShownMessage, memory_block, render_tail
+from eva.core.block import ShownMessage, cap_tail, memory_block, message_line, tail_lines
 from eva.core.events import (
     AnyEvent,
     ChannelDescribed,
@@ -106,7 +106,7 @@ class _Tail:
     """The tail as the prompt shows it, kept in memory while the actor is awake."""
 
     start: int = -1  # the row frontier it was read from; -1 when not loaded
-    messages: list[ShownMessage] = field(default_factory=list)
+    lines: list[tuple[int, str]] = field(default_factory=list)  # (index, rendered line)
 
 
 class ChannelActor:
@@ -291,15 +291,15 @@ class ChannelActor:
         await self._write([event])
         self._touch(post.at_ms)
         if self.tail.start >= 0:
-            self.tail.messages.append(
-                ShownMessage(
-                    index=index,
-                    at_ms=post.at_ms,
-                    author_name=post.author_name,
-                    content=post.content,
-                    attachments=post.attachments,
-                )
+            shown = ShownMessage(
+                index=index,
+                at_ms=post.at_ms,
+                author_name=post.author_name,
+                content=post.content,
+                attachments=post.attachments,
             )
+            tz = channel_zone(self._meta(), self.shared.settings)
+            self.tail.lines.append((index, message_line(shown, tz)))
         meta = self._meta()
         assert meta is not None
         if meta.tail_bytes > self.shared.settings.overflow_tail_bytes:
@@ -380,9 +380,8 @@ class ChannelActor:
         lines = row_lines(store, self.stream, tz, self.row_text)
         frontier = meta.row_frontier if meta is not None else 0
         if self.tail.start != frontier:
-            self.tail = _Tail(frontier, tail_messages(store, self.stream))
-        tail = render_tail(self.tail.messages, settings.prompt_tail_max_bytes, tz)
-        return memory_block(lines, tail)
+            self.tail = _Tail(frontier, tail_lines(tail_messages(store, self.stream), tz))
+        return memory_block(lines, cap_tail(self.tail.lines, settings.prompt_tail_max_bytes))
 
     # -- compression and publishing ---------------------------------------------
 
