@@ -114,3 +114,43 @@ def test_commands_explain_missing_things(
         main(["zoom", "--help"])
     assert exit_info.value.code == 0
     assert "START+SIZE" in capsys.readouterr().out
+
+
+def test_build_with_the_model_writes_model_lines_through_the_api(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import re
+
+    from eva.core.events import LineWritten
+    from eva.core.keys import StreamId
+    from eva.store.event_store import EventStore
+    from eva.testing.fake_anthropic import FakeMessagesAPI
+
+    def lines(body: dict[str, object]) -> str:
+        text = json.dumps(body["messages"])
+        addresses = re.findall(r'<task address=\\"(\d+\+\d+)\\"', text)
+        return "\n".join(f'<line address="{a}">Someone: a summary of {a}</line>' for a in addresses)
+
+    export = tmp_path / "friends.json"
+    export.write_bytes(friends_export(300))
+    directory = tmp_path / "data"
+    assert main(["import", str(export), "--data", str(directory), "--quiet"]) == 0
+    with FakeMessagesAPI(answer=lines).serve() as fake:
+        settings = tmp_path / "model.toml"
+        settings.write_text(
+            "[memory]\ncompress_at_bytes = 4096\ntail_keep_bytes = 1024\n"
+            f'[models]\nbase_url = "{fake.url}"\nuse_batches = false\n'
+        )
+        monkeypatch.setenv("ANTHROPIC_API_KEY", fake.key)
+        assert (
+            main(["build", "--model", "--data", str(directory), "--settings", str(settings)]) == 0
+        )
+        assert fake.message_requests()
+    store = EventStore(open_backend(directory))
+    stream = StreamId(
+        *store.streams()[0].__struct_fields__
+        and (store.streams()[0].guild_id, store.streams()[0].channel_id)
+    )
+    made = [e for _, e in store.events(stream) if isinstance(e, LineWritten) and e.how == "model"]
+    assert made
+    assert all(line.model == "claude-haiku-5-5" and line.usage is not None for line in made)

@@ -2,11 +2,14 @@
 from __future__ import annotations
 
 import argparse
+import os
 import time
+from collections.abc import Awaitable, Callable
 
 import trio
 
 from eva.cli.common import (
+    UserError,
     add_data_option,
     add_json_option,
     add_settings_option,
@@ -29,14 +32,41 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description=(
             "Write leaves for every message except about the newest 12 KiB, every merge "
             "that becomes ready, and publish the new row. Uses the built-in offline "
-            "summarizer (no network)."
+            "summarizer (no network) unless --model is given."
         ),
     )
     parser.add_argument("channel", nargs="?", help="only this channel (default: every channel)")
+    parser.add_argument(
+        "--model",
+        action="store_true",
+        help="write lines with Claude (needs ANTHROPIC_API_KEY; the [models] table sets which)",
+    )
     add_data_option(parser)
     add_settings_option(parser)
     add_json_option(parser)
     parser.set_defaults(run=run)
+
+
+def line_summarizer(
+    args: argparse.Namespace, settings: MemorySettings
+) -> tuple[Summarizer, Callable[[], Awaitable[None]]]:
+    """The offline summarizer, or with --model the Claude line writer; and how to close it."""
+    if not args.model:
+        return OfflineSummarizer(settings.line_limit), _nothing
+    key = os.environ.get("ANTHROPIC_API_KEY", "")
+    if not key:
+        raise UserError("--model needs ANTHROPIC_API_KEY set to an Anthropic API key")
+    from eva.cli.cmd_cost import load_model_settings
+    from eva.model.client import make_client
+    from eva.model.line_writer import ClaudeLineWriter
+
+    models = load_model_settings(args.settings)
+    client = make_client(models, key)
+    return ClaudeLineWriter(client, models, settings.line_limit), client.close
+
+
+async def _nothing() -> None:
+    pass
 
 
 async def build_channel(
@@ -75,13 +105,21 @@ def run(args: argparse.Namespace) -> int:
         streams = [find_stream(store, args.channel)]
     else:
         streams = [StreamId(m.guild_id, m.channel_id) for m in store.streams()]
-    results = []
-    for stream in streams:
-        started = time.perf_counter()
-        now_ms = int(time.time() * 1000)
-        summarizer = OfflineSummarizer(settings.line_limit)
-        report = trio.run(build_channel, store, stream, summarizer, settings, now_ms)
-        results.append(report_json(stream, report, time.perf_counter() - started))
+    summarizer, close = line_summarizer(args, settings)
+
+    async def build_all() -> list[dict[str, object]]:
+        results = []
+        try:
+            for stream in streams:
+                started = time.perf_counter()
+                now_ms = int(time.time() * 1000)
+                report = await build_channel(store, stream, summarizer, settings, now_ms)
+                results.append(report_json(stream, report, time.perf_counter() - started))
+        finally:
+            await close()
+        return results
+
+    results = trio.run(build_all)
     if args.json:
         print_json({"channels": results})
         return 0
