@@ -30,7 +30,11 @@ class ShownMessage(msgspec.Struct, frozen=True, kw_only=True):
 
 def local_minute(at_ms: int, tz: tzinfo = UTC) -> str:
     """`YYYY-MM-DD HH:MM` of a UTC millisecond time in `tz`."""
-    return (_EPOCH + timedelta(milliseconds=at_ms)).astimezone(tz).strftime("%Y-%m-%d %H:%M")
+    moment = (_EPOCH + timedelta(milliseconds=at_ms)).astimezone(tz)
+    return (
+        f"{moment.year:04d}-{moment.month:02d}-{moment.day:02d} "
+        f"{moment.hour:02d}:{moment.minute:02d}"
+    )
 
 
 def message_line(message: ShownMessage, tz: tzinfo = UTC) -> str:
