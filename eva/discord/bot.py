@@ -1,0 +1,696 @@
+# The running bot: hikari's GatewayBot under trio-asyncio, feeding the channel actors.
+#
+# Shell. hikari is asyncio; the store, the supervisor and the model client are trio. hikari
+# runs on trio-asyncio's loop inside the same thread, and its calls are bridged with
+# `aio_as_trio`; never `bot.run()`. It may not know the memory's rules: it turns gateway
+# events into inputs with eva.discord.mapping and hands them to `Supervisor.ask`.
+#
+# Ordering: hikari consumes a gateway payload synchronously and starts one asyncio task per
+# listener, in the order the payloads arrived, and each of those tasks' first step runs in
+# creation order. Our listeners never await before they enqueue: their first step maps the
+# event and puts it on its channel's *lane* (an unbounded trio memory channel,
+# `send_nowait`), so each lane holds its channel's events in Discord's order. One trio task
+# per lane takes them one at a time and waits for the actor's answer before the next, so a
+# channel's messages reach its actor (and the log) in the order Discord sent them. Lanes of
+# different channels run side by side. Backfill runs as a job on the lane too, so history
+# fetched over REST is stored in order with the live events queued behind it; duplicates
+# are answered None by the actor and skipped.
+#
+# Invariants: Eva answers a message only when the actor stored it just now (index not None),
+# so a message seen twice (gateway resume, backfill) is never answered twice; her replies
+# never ping @everyone or roles, only the asker; on a stop signal the gateway closes first,
+# the lanes drain, then the supervisor's writer finishes its commits.
+from __future__ import annotations
+
+import base64
+import contextlib
+import importlib
+import logging
+import math
+import signal
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import partial
+from pathlib import Path
+from types import ModuleType
+from typing import Protocol, TypeVar, cast
+
+import anthropic
+import hikari
+import msgspec
+import trio
+import trio_asyncio  # type: ignore[import-untyped]
+
+from eva.core.keys import StreamId
+from eva.core.recall import RecallView
+from eva.core.settings import LiveSettings, MemorySettings, ModelSettings
+from eva.core.summarize import OfflineSummarizer, Summarizer
+from eva.discord.mapping import (
+    delete_of,
+    display_name,
+    edit_of,
+    mentions_eva,
+    offline_reply,
+    post_of,
+    split_reply,
+    stream_of,
+    without_mention,
+)
+from eva.live.inputs import Delete, Describe, Edit, Post, Recall
+from eva.live.supervisor import Supervisor, open_supervisor, wall_clock_ms
+from eva.model.client import make_client
+from eva.model.line_writer import ClaudeLineWriter
+from eva.model.reply import write_reply
+from eva.store.event_store import EventStore
+from eva.store.lmdb_kv import open_backend
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+INTENTS = hikari.Intents.GUILDS | hikari.Intents.GUILD_MESSAGES | hikari.Intents.MESSAGE_CONTENT
+CACHED = (
+    hikari.api.CacheComponents.GUILDS
+    | hikari.api.CacheComponents.GUILD_CHANNELS
+    | hikari.api.CacheComponents.GUILD_THREADS
+    | hikari.api.CacheComponents.ME
+)
+CHAT_TYPES = frozenset(
+    {
+        hikari.MessageType.DEFAULT,
+        hikari.MessageType.REPLY,
+        hikari.MessageType.CHAT_INPUT,
+        hikari.MessageType.CONTEXT_MENU_COMMAND,
+    }
+)
+COMMANDS_MODULE = "eva.discord.commands"
+NO_COMMANDS_TEXT = "Commands are not available yet."
+TYPING_EVERY_S = 8.0
+CLOSE_TIMEOUT_S = 5.0
+DRAIN_TIMEOUT_S = 5.0
+READY_TIMEOUT_S = 30.0
+BACKFILL_PAGE = 100
+BACKFILL_MOST = 10_000
+BACKFILL_REPLY_WINDOW_MS = 5 * 60_000
+EXIT_OK, EXIT_FAILED = 0, 1
+
+
+class RunTrio(Protocol):
+    """Runs a trio coroutine function from asyncio code and returns its result."""
+
+    def __call__(self, fn: Callable[[], Awaitable[T]], /) -> Awaitable[T]: ...
+
+
+@dataclass(slots=True)
+class BotContext:
+    """What slash commands get: the process's memory and a way into trio.
+
+    Commands run in asyncio (hikari's listener); every call into the supervisor or the
+    store's writers goes through `run_trio`, e.g.
+    `await context.run_trio(lambda: context.supervisor.forget(user_id, guild_id=g))`.
+    `backfill(channel_id)` is a trio function (call it through `run_trio` too): it fetches
+    the channel's history since its last stored message and returns how many were new.
+    """
+
+    supervisor: Supervisor
+    store: EventStore
+    eva_id: int
+    run_trio: RunTrio
+    model_settings: ModelSettings
+    memory_settings: MemorySettings
+    backfill: Callable[[int], Awaitable[int]]
+    rest: hikari.api.RESTClient
+    data_dir: Path
+
+
+@dataclass(frozen=True, slots=True)
+class _Ingest:
+    post: Post
+    answer: bool  # answer it if it is stored now
+    recent_only: bool = False  # backfilled: answer only if it is recent
+
+
+@dataclass(frozen=True, slots=True)
+class _Change:
+    item: Edit | Delete
+    attachments_known: bool = True
+
+
+@dataclass(slots=True)
+class _Backfill:
+    forced: bool  # fetch even a channel with nothing stored (the moderator's command)
+    done: trio.Event = field(default_factory=trio.Event)
+    stored: int = 0
+
+
+_Job = _Ingest | _Change | _Backfill
+Stored = Callable[[StreamId, Post, "int | None"], None]
+"""A hook called once a post's answer is back from the actor (durable); for benchmarks."""
+
+
+def bot_id_of(token: str) -> int:
+    """The bot's user id, which a Discord bot token carries in its first segment."""
+    head = token.split(".", 1)[0]
+    try:
+        return int(base64.b64decode(head + "=" * (-len(head) % 4)))
+    except ValueError:
+        return 0
+
+
+def _commands() -> ModuleType | None:
+    try:
+        return importlib.import_module(COMMANDS_MODULE)
+    except ModuleNotFoundError as error:
+        if error.name != COMMANDS_MODULE:
+            raise
+        return None
+
+
+async def _aio(fn: Callable[[], Awaitable[T]]) -> T:
+    """Await an asyncio coroutine (hikari's) from trio."""
+    return cast(T, await trio_asyncio.aio_as_trio(fn)())
+
+
+def _run_trio(fn: Callable[[], Awaitable[T]]) -> Awaitable[T]:
+    return cast(Awaitable[T], trio_asyncio.trio_as_aio(fn)())
+
+
+class EvaBot:
+    """One process's bot: hikari's events in, the actors' answers and Eva's replies out."""
+
+    def __init__(
+        self,
+        bot: hikari.GatewayBot,
+        eva_id: int,
+        supervisor: Supervisor,
+        client: anthropic.AsyncAnthropic | None,
+        models: ModelSettings,
+        data_dir: Path,
+        nursery: trio.Nursery,
+        on_stored: Stored | None = None,
+    ) -> None:
+        self.bot = bot
+        self.supervisor = supervisor
+        self.store = supervisor.shared.store
+        self.client = client
+        self.models = models
+        self.data_dir = data_dir
+        self.eva_id = eva_id
+        self.eva_name = "Eva"
+        self.on_stored = on_stored
+        self.replies_sent = 0
+        self._nursery = nursery
+        self._lanes: dict[StreamId, trio.MemorySendChannel[_Job]] = {}
+        self._lane_tasks = 0
+        self._lanes_idle = trio.Event()
+        self._lanes_idle.set()
+        self._closing = False
+        self._stop = trio.Event()
+        self._ready_shards = 0
+        self._ready = trio.Event()
+        self._expected_shards = 1
+        self._guild_ids: set[int] = set()
+        self._application_id = 0
+        self.context = BotContext(
+            supervisor=supervisor,
+            store=self.store,
+            eva_id=self.eva_id,
+            run_trio=_run_trio,
+            model_settings=models,
+            memory_settings=supervisor.shared.settings,
+            backfill=self.backfill,
+            rest=bot.rest,
+            data_dir=data_dir,
+        )
+        for kind, listener in (
+            (hikari.ShardReadyEvent, self._on_ready),
+            (hikari.GuildAvailableEvent, self._on_guild_available),
+            (hikari.GuildJoinEvent, self._on_guild_join),
+            (hikari.GuildMessageCreateEvent, self._on_create),
+            (hikari.GuildMessageUpdateEvent, self._on_update),
+            (hikari.GuildMessageDeleteEvent, self._on_delete),
+            (hikari.GuildBulkMessageDeleteEvent, self._on_bulk_delete),
+            (hikari.InteractionCreateEvent, self._on_interaction),
+        ):
+            bot.subscribe(kind, listener)
+
+    # -- running --------------------------------------------------------------------
+
+    async def start(self, shard_ids: Sequence[int] | None, shard_count: int | None) -> None:
+        """Connect the gateway; return once every shard is ready and commands are registered."""
+        self._expected_shards = len(shard_ids) if shard_ids else (shard_count or 1)
+        ids = None if shard_ids is None else list(shard_ids)
+        await _aio(
+            lambda: self.bot.start(shard_ids=ids, shard_count=shard_count, check_for_updates=False)
+        )
+        with trio.move_on_after(READY_TIMEOUT_S):
+            await self._ready.wait()
+        await self._register_commands(sorted(self._guild_ids))
+
+    def stop(self) -> None:
+        """Ask the bot to stop: `run_bot` then closes the gateway, drains and returns."""
+        self._stop.set()
+
+    async def wait_stopped(self) -> None:
+        await self._stop.wait()
+
+    async def close(self) -> None:
+        """Close the gateway, then let every lane store what it already received."""
+        with trio.CancelScope(shield=True):
+            with (
+                trio.move_on_after(CLOSE_TIMEOUT_S),
+                contextlib.suppress(hikari.ComponentStateConflictError),
+            ):
+                await _aio(self.bot.close)
+            self._closing = True
+            for lane in self._lanes.values():
+                lane.close()
+            with trio.move_on_after(DRAIN_TIMEOUT_S):
+                await self._lanes_idle.wait()
+
+    # -- listeners (asyncio; they enqueue before any await) ------------------------------
+
+    async def _on_ready(self, event: hikari.ShardReadyEvent) -> None:
+        self.eva_id = self.context.eva_id = int(event.my_user.id)
+        self.eva_name = event.my_user.global_name or event.my_user.username
+        self._application_id = int(event.application_id)
+        self._guild_ids.update(int(g) for g in event.unavailable_guilds)
+        self._ready_shards += 1
+        if self._ready_shards >= self._expected_shards:
+            self._ready.set()
+
+    async def _on_guild_available(self, event: hikari.GuildAvailableEvent) -> None:
+        channels: list[hikari.GuildChannel] = [*event.channels.values(), *event.threads.values()]
+        for channel in channels:
+            if isinstance(channel, hikari.TextableGuildChannel):
+                self._enqueue(stream_of(event.guild_id, channel.id), _Backfill(forced=False))
+
+    async def _on_guild_join(self, event: hikari.GuildJoinEvent) -> None:
+        self._guild_ids.add(int(event.guild_id))
+        if self._ready.is_set():
+            await _run_trio(lambda: self._register_commands([int(event.guild_id)]))
+
+    async def _on_create(self, event: hikari.GuildMessageCreateEvent) -> None:
+        message = event.message
+        if message.type not in CHAT_TYPES:
+            return
+        member = event.member
+        author = message.author
+        nickname = member.nickname if member is not None else None
+        post = self._post_of(message, display_name(nickname, author.global_name, author.username))
+        self._enqueue(
+            stream_of(event.guild_id, event.channel_id),
+            _Ingest(post, answer=self._asks_eva(message)),
+        )
+
+    async def _on_update(self, event: hikari.GuildMessageUpdateEvent) -> None:
+        message = event.message
+        if not isinstance(message.content, str):
+            return
+        names = self._mention_names(message.user_mentions)
+        attachments = message.attachments
+        known = isinstance(attachments, Sequence)
+        files = [a.filename for a in attachments] if isinstance(attachments, Sequence) else []
+        edited = message.edited_timestamp
+        edit = edit_of(
+            message_id=message.id,
+            content=message.content,
+            edited_at=edited if isinstance(edited, datetime) else None,
+            now_ms=wall_clock_ms(),
+            attachment_filenames=files,
+            mention_names=names,
+        )
+        self._enqueue(stream_of(event.guild_id, event.channel_id), _Change(edit, known))
+
+    async def _on_delete(self, event: hikari.GuildMessageDeleteEvent) -> None:
+        delete = delete_of([event.message_id], wall_clock_ms())
+        self._enqueue(stream_of(event.guild_id, event.channel_id), _Change(delete))
+
+    async def _on_bulk_delete(self, event: hikari.GuildBulkMessageDeleteEvent) -> None:
+        delete = delete_of(event.message_ids, wall_clock_ms())
+        self._enqueue(stream_of(event.guild_id, event.channel_id), _Change(delete))
+
+    async def _on_interaction(self, event: hikari.InteractionCreateEvent) -> None:
+        commands = _commands()
+        handle = getattr(commands, "handle_interaction", None)
+        if handle is not None:
+            await handle(event.interaction, self.context)
+            return
+        interaction = event.interaction
+        if isinstance(interaction, hikari.CommandInteraction | hikari.ComponentInteraction):
+            await interaction.create_initial_response(
+                hikari.ResponseType.MESSAGE_CREATE,
+                NO_COMMANDS_TEXT,
+                flags=hikari.MessageFlag.EPHEMERAL,
+            )
+
+    # -- mapping hikari values ------------------------------------------------------------
+
+    def _mention_names(self, users: object) -> dict[int, str]:
+        names = {self.eva_id: self.eva_name}
+        if isinstance(users, Mapping):
+            for user in users.values():
+                if isinstance(user, hikari.PartialUser) and isinstance(user.username, str):
+                    global_name = user.global_name if isinstance(user.global_name, str) else None
+                    names[int(user.id)] = display_name(None, global_name, user.username)
+        return names
+
+    def _post_of(self, message: hikari.Message, author_name: str) -> Post:
+        referenced = message.referenced_message
+        reference = message.message_reference
+        if referenced is not None:
+            reply_to: int | None = int(referenced.id)
+        elif reference is not None and reference.id is not None:
+            reply_to = int(reference.id)
+        else:
+            reply_to = None
+        return post_of(
+            message_id=message.id,
+            author_id=message.author.id,
+            author_name=author_name,
+            is_bot=message.author.is_bot,
+            timestamp=message.timestamp,
+            content=message.content or "",
+            referenced_message_id=reply_to,
+            attachment_filenames=[a.filename for a in message.attachments],
+            mention_names=self._mention_names(message.user_mentions),
+        )
+
+    def _asks_eva(self, message: hikari.Message) -> bool:
+        if message.author.is_bot:
+            return False
+        referenced = message.referenced_message
+        author = None if referenced is None else referenced.author
+        mentioned = message.user_mentions_ids
+        return mentions_eva(
+            message.content or "",
+            mentioned if isinstance(mentioned, Sequence) else (),
+            self.eva_id,
+            int(author.id) if isinstance(author, hikari.PartialUser) else None,
+        )
+
+    # -- lanes (trio) -------------------------------------------------------------------
+
+    def _enqueue(self, stream: StreamId, job: _Job) -> None:
+        """Put a job on its channel's lane, in order; safe from asyncio listeners."""
+        if self._closing:
+            if isinstance(job, _Backfill):
+                job.done.set()
+            return
+        lane = self._lanes.get(stream)
+        if lane is None:
+            lane, receive = trio.open_memory_channel[_Job](math.inf)
+            self._lanes[stream] = lane
+            if self._lane_tasks == 0:
+                self._lanes_idle = trio.Event()
+            self._lane_tasks += 1
+            self._nursery.start_soon(self._run_lane, stream, receive)
+        lane.send_nowait(job)
+
+    async def _run_lane(self, stream: StreamId, jobs: trio.MemoryReceiveChannel[_Job]) -> None:
+        try:
+            async with jobs:
+                await self._describe(stream)
+                async for job in jobs:
+                    try:
+                        await self._do(stream, job)
+                    except Exception:  # one bad event must not stop the channel
+                        log.exception("channel %s failed on %r", stream, job)
+                    finally:
+                        if isinstance(job, _Backfill):
+                            job.done.set()
+        finally:
+            self._lane_tasks -= 1
+            if self._lane_tasks == 0:
+                self._lanes_idle.set()
+
+    async def _do(self, stream: StreamId, job: _Job) -> None:
+        match job:
+            case _Ingest():
+                await self._ingest(stream, job)
+            case _Change(item=Edit() as edit, attachments_known=False):
+                index = self.store.index_of(stream, edit.message_id)
+                stored = None if index is None else self.store.message(stream, index)
+                files = () if stored is None else stored.attachments
+                edit = msgspec.structs.replace(edit, attachments=files)
+                await self.supervisor.ask(stream, edit)
+            case _Change():
+                await self.supervisor.ask(stream, job.item)
+            case _Backfill():
+                job.stored = await self._backfill(stream, job.forced)
+
+    async def _ingest(self, stream: StreamId, job: _Ingest) -> bool:
+        index = await self.supervisor.ask(stream, job.post)
+        if self.on_stored is not None:
+            self.on_stored(stream, job.post, index)
+        if index is None or not job.answer:
+            return index is not None
+        recent = wall_clock_ms() - job.post.at_ms <= BACKFILL_REPLY_WINDOW_MS
+        if not job.recent_only or recent:
+            self._nursery.start_soon(self._answer, stream, job.post)
+        return True
+
+    async def _describe(self, stream: StreamId) -> None:
+        """Tell the actor the guild's and channel's names when they are new or changed."""
+        cache = self.bot.cache
+        guild = cache.get_guild(stream.guild_id)
+        channel: hikari.GuildChannel | None = cache.get_guild_channel(stream.channel_id)
+        if channel is None:
+            channel = cache.get_thread(stream.channel_id)
+        if guild is None or channel is None:
+            return
+        channel_name = channel.name or str(stream.channel_id)
+        meta = self.store.meta(stream)
+        if meta is not None and (meta.guild_name, meta.channel_name) == (guild.name, channel_name):
+            return
+        zone = meta.time_zone if meta is not None else self.supervisor.shared.settings.time_zone
+        describe = Describe(guild_name=guild.name, channel_name=channel_name, time_zone=zone)
+        await self.supervisor.ask(stream, describe)
+
+    # -- backfill ---------------------------------------------------------------------
+
+    async def backfill(self, channel_id: int) -> int:
+        """Fetch a channel's history since its last stored message, in order; return how many
+        messages were new. For the moderator's command (a trio function)."""
+        cache = self.bot.cache
+        channel: hikari.GuildChannel | None = cache.get_guild_channel(channel_id)
+        if channel is None:
+            channel = cache.get_thread(channel_id)
+        if channel is None:
+            fetched = await _aio(lambda: self.bot.rest.fetch_channel(channel_id))
+            if not isinstance(fetched, hikari.GuildChannel):
+                raise ValueError(f"channel {channel_id} is not a guild channel")
+            channel = fetched
+        job = _Backfill(forced=True)
+        self._enqueue(stream_of(channel.guild_id, channel_id), job)
+        await job.done.wait()
+        return job.stored
+
+    def _last_message_id(self, stream: StreamId) -> int | None:
+        meta = self.store.meta(stream)
+        if meta is None or meta.messages == 0:
+            return None
+        last = self.store.message(stream, meta.messages - 1)
+        return None if last is None else last.posted.message_id
+
+    async def _backfill(self, stream: StreamId, forced: bool) -> int:
+        after = self._last_message_id(stream)
+        if after is None and not forced:
+            return 0  # nothing stored here: nothing was missed
+        cursor = after or 0
+        stored = 0
+        fetched = 0
+        while fetched < BACKFILL_MOST:
+            page = await _aio(partial(self._page_after, stream.channel_id, cursor))
+            for message in page:
+                if message.type not in CHAT_TYPES:
+                    continue
+                author = message.author
+                post = self._post_of(message, display_name(None, author.global_name,
+                                                           author.username))
+                job = _Ingest(post, answer=self._asks_eva(message), recent_only=True)
+                stored += await self._ingest(stream, job)
+            fetched += len(page)
+            if len(page) < BACKFILL_PAGE:
+                break
+            cursor = int(page[-1].id)
+        if stored:
+            log.info("backfill of %s stored %d missed messages", stream, stored)
+        return stored
+
+    async def _page_after(self, channel_id: int, after: int) -> list[hikari.Message]:
+        """Up to a page of messages after `after`, oldest first (asyncio)."""
+        found = self.bot.rest.fetch_messages(channel_id, after=hikari.Snowflake(after))
+        page = [message async for message in found.limit(BACKFILL_PAGE)]
+        return sorted(page, key=lambda message: int(message.id))
+
+    # -- answering ---------------------------------------------------------------------
+
+    async def _answer(self, stream: StreamId, question: Post) -> None:
+        """Think (typing shown meanwhile), then post the answer as a reply to the question."""
+        try:
+            async with trio.open_nursery() as typing:
+                typing.start_soon(self._keep_typing, stream.channel_id)
+                text = await self._reply_text(stream, question)
+                typing.cancel_scope.cancel()
+            await self._post_reply(stream.channel_id, question, text)
+        except Exception:
+            log.exception("answering message %d in %s failed", question.message_id, stream)
+
+    async def _keep_typing(self, channel_id: int) -> None:
+        while True:
+            try:
+                await _aio(lambda: self._typing_once(channel_id))
+            except hikari.HikariError as error:
+                log.debug("typing indicator in %d failed: %s", channel_id, error)
+            await trio.sleep(TYPING_EVERY_S)
+
+    async def _typing_once(self, channel_id: int) -> None:
+        await self.bot.rest.trigger_typing(channel_id)
+
+    async def _reply_text(self, stream: StreamId, question: Post) -> str:
+        if self.client is None:
+            query = without_mention(question.content, self.eva_id, self.eva_name)
+            view = await self.supervisor.ask(stream, Recall(query=query)) if query else None
+            hits = [] if not isinstance(view, RecallView) else [
+                line for window in view.windows for line in window
+            ]
+            return offline_reply(query, hits)
+        outcome = await write_reply(
+            self.supervisor, stream, question, self.client, self.models, wall_clock_ms()
+        )
+        return outcome.text
+
+    async def _post_reply(self, channel_id: int, question: Post, text: str) -> None:
+        for number, piece in enumerate(split_reply(text)):
+
+            async def create(piece: str = piece, first: bool = number == 0) -> None:
+                await self.bot.rest.create_message(
+                    channel_id,
+                    piece,
+                    reply=hikari.Snowflake(question.message_id) if first else hikari.UNDEFINED,
+                    reply_must_exist=False,
+                    mentions_everyone=False,
+                    role_mentions=False,
+                    user_mentions=[hikari.Snowflake(question.author_id)],
+                    mentions_reply=True,
+                )
+
+            await _aio(create)
+        self.replies_sent += 1
+
+    # -- commands -------------------------------------------------------------------------
+
+    async def _register_commands(self, guild_ids: list[int]) -> None:
+        register = getattr(_commands(), "register_commands", None)
+        if register is None or not self._application_id:
+            return
+        rest, application_id = self.bot.rest, self._application_id
+        try:
+            await _aio(lambda: register(rest, application_id, guild_ids))
+        except Exception:  # commands are an extra; the bot runs without them
+            log.exception("registering the slash commands failed")
+
+
+def make_gateway(token: str, rest_url: str | None = None) -> hikari.GatewayBot:
+    """hikari's GatewayBot with the intents and cache Eva needs (logging left to the caller)."""
+    return hikari.GatewayBot(
+        token=token,
+        rest_url=rest_url,
+        intents=INTENTS,
+        cache_settings=hikari.impl.CacheSettings(components=CACHED),
+        logs=None,
+        banner=None,
+        suppress_optimization_warning=True,
+    )
+
+
+async def _watch_signals(eva: EvaBot) -> None:
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for signum in signals:
+            log.info("%s received: closing the gateway", signal.Signals(signum).name)
+            eva.stop()
+            return
+
+
+async def _watch_gateway(eva: EvaBot) -> None:
+    """Stop when hikari closes by itself (a fatal gateway error)."""
+    try:
+        await _aio(eva.bot.join)
+    except Exception:
+        log.exception("the gateway stopped")
+    eva.stop()
+
+
+async def run_bot(
+    token: str,
+    data_dir: Path,
+    *,
+    memory: MemorySettings | None = None,
+    models: ModelSettings | None = None,
+    live: LiveSettings | None = None,
+    shard_ids: Sequence[int] | None = None,
+    shard_count: int | None = None,
+    rest_url: str | None = None,
+    anthropic_key: str | None = None,
+    anthropic_base_url: str | None = None,
+    handle_signals: bool = True,
+    on_stored: Stored | None = None,
+    summarizer: Summarizer | None = None,
+    task_status: trio.TaskStatus[EvaBot] = trio.TASK_STATUS_IGNORED,
+) -> int:
+    """Run Eva in Discord until stopped (a signal, `EvaBot.stop()`, or cancellation).
+
+    Opens the data directory's store and the supervisor, connects the gateway for
+    `shard_ids` of `shard_count`, and reports the running `EvaBot` through `task_status`.
+    Lines are written by Claude when `anthropic_key` is given, else offline (`summarizer`
+    overrides both; benchmarks use it to time replies without line calls).
+    Returns the exit status: 0 after a clean stop, 1 when the gateway could not start.
+    """
+    memory = memory or MemorySettings()
+    models = models or ModelSettings()
+    if anthropic_base_url is not None:
+        models = msgspec.structs.replace(models, base_url=anthropic_base_url)
+    store = EventStore(open_backend(data_dir))
+    client = make_client(models, anthropic_key) if anthropic_key else None
+    if summarizer is None:
+        summarizer = (
+            OfflineSummarizer(memory.line_limit)
+            if client is None
+            else ClaudeLineWriter(client, models, memory.line_limit)
+        )
+    status = EXIT_OK
+    started = time.monotonic()
+    try:
+        async with (
+            open_supervisor(store, summarizer, memory, live, data_dir=data_dir) as supervisor,
+            trio_asyncio.open_loop(),
+            trio.open_nursery() as nursery,
+        ):
+            gateway = make_gateway(token, rest_url)
+            eva = EvaBot(gateway, bot_id_of(token), supervisor, client, models, data_dir,
+                         nursery, on_stored)
+            if handle_signals:
+                nursery.start_soon(_watch_signals, eva)
+            try:
+                await eva.start(shard_ids, shard_count)
+            except (hikari.HikariError, OSError) as error:
+                log.error("could not connect to Discord: %s", error)
+                status = EXIT_FAILED
+                eva.stop()
+            else:
+                nursery.start_soon(_watch_gateway, eva)
+                log.info("connected in %.1f s", time.monotonic() - started)
+                task_status.started(eva)
+            try:
+                await eva.wait_stopped()
+            finally:
+                await eva.close()
+                nursery.cancel_scope.cancel()
+    finally:
+        if client is not None:
+            with trio.CancelScope(shield=True), contextlib.suppress(Exception):
+                await client.close()
+    return status

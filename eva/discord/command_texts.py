@@ -1,0 +1,181 @@
+# What Eva's slash commands say: fixed texts and the forms of their answers.
+#
+# Pure: plain values in, Discord-ready text out; no hikari, trio or store here
+# (eva.discord.commands reads the values and sends the texts).
+# Invariants: every text returned fits in one Discord message (2,000 UTF-16
+# code units, as Discord counts); text from the chat is shown inside code
+# blocks that it cannot close early; a cut text says that it was cut.
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from eva.discord.mapping import DISCORD_LIMIT, utf16_units
+from eva.memory.forget import ForgetReport
+
+SHOWN_LINE_CHARS = 280  # a row entry shown by /memory is cut to this
+FENCE = "```"
+CUT_NOTE = "(cut to fit in one Discord message)"
+
+PRIVACY = """\
+**What Eva stores**
+- Every message posted in the channels and threads of this server that she can read, from \
+the day she joined: its text, the author's name and id, the time, and the names of attachments \
+(not the files). Bots' messages count too, hers included.
+- Lines of memory made from those messages: short texts that say who said what.
+- The tools she used and the replies she wrote.
+It is kept in a database (LMDB) on the machine of whoever runs this bot, apart from other \
+servers. To write lines and replies, the texts they are made from are sent to the model \
+provider (Anthropic), which sees them under its own terms.
+
+**For how long**
+Until a message is deleted in Discord or its author is forgotten. Otherwise the memory is \
+meant to last: Eva is built to remember a group for months and years.
+
+**How to be forgotten**
+- `/forget-me` erases every message you wrote in this server, and every line made from them, \
+then checks Eva's data files to make sure no copy of your words is left. All that stays is a \
+record that a forget happened, with a hashed id and counts, no content.
+- Deleting a message in Discord erases it from her memory too. Editing one replaces the old \
+text, and the lines made from it are made again.
+- Moderators can forget a member with `/forget-member`.
+Messages you write after a forget are remembered again as usual."""
+
+FORGET_ME_ASK = (
+    "This erases every message you wrote in this server from Eva's memory, and every line "
+    "of memory made from them. It cannot be undone. Your messages stay in Discord; Eva only "
+    "forgets them, and she remembers what you write after this as usual."
+)
+FORGET_MEMBER_ASK = (
+    "This erases every message {name} wrote in this server from Eva's memory, and every line "
+    "of memory made from them. It cannot be undone. Their messages stay in Discord."
+)
+FORGETTING = "Forgetting… this can take a minute."
+CANCELLED = "Nothing was forgotten."
+NOT_YOURS = "Only the person who ran this command can press its buttons."
+STALE_BUTTON = "This button is no longer in use. Run the command again if you still need it."
+NOT_IN_GUILD = "Eva's commands work only in a server's channels."
+NOT_MODERATOR = "Only moderators (Manage Messages or Administrator) can use this."
+NOT_HERSELF = (
+    "Eva cannot forget herself: her own replies are part of the memory. "
+    "To remove one, delete it in Discord."
+)
+NO_MEMORY = "Eva has no memory of this channel yet."
+FAILED = "Something went wrong on Eva's side; it has been logged. Please try again later."
+ERASURE_UNVERIFIED = (
+    "Eva erased the messages and remade the lines, but she could not verify that every copy "
+    "of the words is gone from her data files. The people who run Eva have been alerted, and "
+    "the forget stays pending until it is finished."
+)
+
+
+def unknown_command(name: str) -> str:
+    return f"Eva does not know the command `/{name}`; it may be from an older version of her."
+
+
+def forget_done(report: ForgetReport, who: str) -> str:
+    """The answer once a forget is done and proven; `who` is "you" or a member's name."""
+    if not report.channels:
+        return f"Eva had no messages from {who} in this server; there was nothing to forget."
+    channels = len(report.channels)
+    return (
+        f"Done: Eva has forgotten {who} in this server. "
+        f"{_count(report.messages_erased, 'message')} erased in "
+        f"{_count(channels, 'channel')}, {_count(report.lines_remade, 'line')} of memory "
+        f"made again; {_count(report.texts_checked, 'text')} checked in her data files, "
+        f"{report.leftover_hits} found."
+    )
+
+
+def backfilled(count: int) -> str:
+    if count == 0:
+        return "Eva missed no messages in this channel; nothing new was stored."
+    return f"Fetched the history Eva missed: {_count(count, 'message')} stored."
+
+
+@dataclass(frozen=True, slots=True)
+class MemorySummary:
+    """What /memory shows: the row's first and last entries and the sizes."""
+
+    first: tuple[str, ...]
+    last: tuple[str, ...]
+    row_lines: int
+    row_bytes: int
+    frontier: int
+    tail_messages: int
+    tail_bytes: int
+    messages: int
+    deleted: int
+
+
+def memory_text(summary: MemorySummary) -> str:
+    """The /memory answer: sizes, then the first and last row entries in code blocks."""
+    if summary.row_lines:
+        row = (
+            f"The row has {_count(summary.row_lines, 'line')} ({_size(summary.row_bytes)}) "
+            f"covering messages 0..{summary.frontier - 1}."
+        )
+    else:
+        row = "No lines yet: everything Eva remembers here is still word for word."
+    parts = [
+        "**What Eva remembers in this channel**",
+        f"{row} After it, the tail holds {_count(summary.tail_messages, 'message')} "
+        f"word for word ({_size(summary.tail_bytes)}). "
+        f"{_count(summary.messages, 'message')} in all, {summary.deleted} deleted or erased.",
+    ]
+    if summary.first:
+        heading = "Its lines:" if not summary.last else "First lines:"
+        parts += [heading, code_block([_short(line) for line in summary.first])]
+    if summary.last:
+        parts += ["Last lines:", code_block([_short(line) for line in summary.last])]
+    parts.append("Open a line with `/zoom address:START+SIZE`; search words with `/recall`.")
+    return fit("\n".join(parts))
+
+
+def code_block(lines: Sequence[str]) -> str:
+    """`lines` in a code block that no backticks inside can close early."""
+    body = "\n".join(line.replace(FENCE, "`\u200b``") for line in lines)
+    return f"{FENCE}\n{body}\n{FENCE}"
+
+
+def fitted_block(text: str, limit: int = DISCORD_LIMIT) -> str:
+    """`text` in a code block, cut at a line end (or inside a very long line) to fit `limit`."""
+    whole = code_block(text.splitlines())
+    if utf16_units(whole) <= limit:
+        return whole
+    room = limit - utf16_units(f"{code_block([''])}\n{CUT_NOTE}")
+    kept = _prefix(text, room)
+    if "\n" in kept:
+        kept = kept[: kept.rindex("\n")]
+    block = code_block(kept.splitlines())
+    while utf16_units(f"{block}\n{CUT_NOTE}") > limit:  # escaped fences made it longer; rare
+        kept = kept[:-16]
+        block = code_block(kept.splitlines())
+    return f"{block}\n{CUT_NOTE}"
+
+
+def fit(text: str, limit: int = DISCORD_LIMIT) -> str:
+    """`text` unchanged if it fits, else cut with an ellipsis."""
+    return text if utf16_units(text) <= limit else _prefix(text, limit - 1) + "…"
+
+
+def _prefix(text: str, units: int) -> str:
+    """The longest prefix of `text` within `units` UTF-16 code units."""
+    total = 0
+    for at, char in enumerate(text):
+        total += 2 if ord(char) > 0xFFFF else 1
+        if total > units:
+            return text[:at]
+    return text
+
+
+def _short(line: str) -> str:
+    return line if len(line) <= SHOWN_LINE_CHARS else line[: SHOWN_LINE_CHARS - 1] + "…"
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
+
+
+def _size(size: int) -> str:
+    return f"{size} bytes" if size < 1024 else f"{size / 1024:.1f} KiB"
