@@ -31,6 +31,7 @@ from eva.core.projection import Rejected, rendered_size
 from eva.core.settings import KIB, MINUTE_MS, LiveSettings, MemorySettings
 from eva.core.summarize import OfflineSummarizer, Summarizer, Summary, Task
 from eva.core.timing import compression_due
+from eva.live.actor import POST_BATCH
 from eva.live.inputs import Edit, GetPrompt, Post, Recall, Zoom
 from eva.live.supervisor import Supervisor, open_supervisor
 from eva.live.writer import Writer
@@ -532,7 +533,7 @@ async def test_full_inboxes_slow_senders_down_and_drop_nothing(
     store = fresh_store(tmp_path)
     live = LiveSettings(inbox_capacity=2, writer_capacity=1)
     streams = [StreamId(5, 1), StreamId(5, 2)]
-    senders = 30
+    senders = POST_BATCH + 30
     done: list[tuple[StreamId, int]] = []
 
     async def send(stream: StreamId, number: int) -> None:
@@ -549,10 +550,10 @@ async def test_full_inboxes_slow_senders_down_and_drop_nothing(
             assert done == []
             assert all(store.meta(stream) is None for stream in streams)
             for stream in streams:
-                # One input in the actor's hands, two in its inbox, the rest wait to send.
+                # A batch of posts in the actor's hands, two in its inbox, the rest wait to send.
                 inbox = supervisor._actors[stream].send.statistics()
                 assert inbox.current_buffer_used == live.inbox_capacity
-                assert inbox.tasks_waiting_send == senders - 1 - live.inbox_capacity
+                assert inbox.tasks_waiting_send == senders - POST_BATCH - live.inbox_capacity
         await settle()
     assert sorted(done) == sorted((s, n) for s in streams for n in range(senders))
     for stream in streams:

@@ -27,6 +27,7 @@ from eva.core.events import (
     ToolCalled,
 )
 from eva.core.keys import StreamId
+from eva.core.projection import Rejected
 from eva.core.settings import LiveSettings, MemorySettings
 from eva.core.state import StreamMeta
 from eva.core.summarize import Summarizer
@@ -62,6 +63,37 @@ from eva.memory.view import (
 from eva.store.event_store import Appended, EventStore
 
 log = logging.getLogger(__name__)
+
+
+POST_BATCH = 256
+"""Most posts stored in one commit when they queue up for one channel."""
+
+
+def posted_event(post: Post, index: int) -> MessagePosted:
+    """The event that stores a post at `index`."""
+    return MessagePosted(
+        at_ms=post.at_ms,
+        index=index,
+        message_id=post.message_id,
+        author_id=post.author_id,
+        author_name=post.author_name,
+        bot=post.bot,
+        utc_offset_min=post.utc_offset_min,
+        content=post.content,
+        reply_to=post.reply_to,
+        attachments=post.attachments,
+    )
+
+
+def shown_post(post: Post, index: int) -> ShownMessage:
+    """A post as the tail shows it."""
+    return ShownMessage(
+        index=index,
+        at_ms=post.at_ms,
+        author_name=post.author_name,
+        content=post.content,
+        attachments=post.attachments,
+    )
 
 
 @dataclass(slots=True)
@@ -141,10 +173,12 @@ class ChannelActor:
                 request = None
                 with trio.move_on_at(self._next_deadline()):
                     request = await self.receive.receive()
-                if request is not None:
-                    await self._serve(request)
-                else:
+                if request is None:
                     await self._on_timer()
+                elif isinstance(request.item, Post):
+                    await self._serve_posts(request)
+                else:
+                    await self._serve(request)
             on_sleep(self)  # no await between the check and leaving the registry
             self.stopped = True
 
@@ -218,7 +252,7 @@ class ChannelActor:
     async def _handle(self, item: ChannelInput) -> Any:
         match item:
             case Post():
-                return await self._post(item)
+                return (await self._posts([item]))[0]
             case Edit():
                 return await self._edit(item)
             case Delete():
@@ -270,42 +304,68 @@ class ChannelActor:
 
     # -- inputs ---------------------------------------------------------------
 
-    async def _post(self, post: Post) -> int | None:
+    async def _serve_posts(self, first: Request) -> None:
+        """Serve a post and the posts queued right behind it, stored in one commit."""
+        batch = [first]
+        after: Request | None = None
+        while len(batch) < POST_BATCH:
+            try:
+                queued = self.receive.receive_nowait()
+            except trio.WouldBlock:
+                break
+            if not isinstance(queued.item, Post):
+                after = queued
+                break
+            batch.append(queued)
+        posts = [request.item for request in batch if isinstance(request.item, Post)]
+        try:
+            indexes = await self._posts(posts)
+        except Rejected:
+            # One of them does not fit: serve them one by one, so only it fails.
+            for request in batch:
+                await self._serve(request)
+        except Exception as error:  # a failing store must not stop the channel
+            self.shared.crashes += 1
+            log.exception("channel %s failed on %d posts", self.stream, len(batch))
+            for request in batch:
+                request.reply(error=error)
+        else:
+            for request, index in zip(batch, indexes, strict=True):
+                request.reply(index)
+        if after is not None:
+            await self._serve(after)
+
+    async def _posts(self, posts: list[Post]) -> list[int | None]:
+        """Store posts (in one append); each gets its index, or None if already stored."""
         store = self.shared.store
-        if store.index_of(self.stream, post.message_id) is not None:
-            return None
         meta = self._meta()
-        index = meta.messages if meta is not None else 0
-        event = MessagePosted(
-            at_ms=post.at_ms,
-            index=index,
-            message_id=post.message_id,
-            author_id=post.author_id,
-            author_name=post.author_name,
-            bot=post.bot,
-            utc_offset_min=post.utc_offset_min,
-            content=post.content,
-            reply_to=post.reply_to,
-            attachments=post.attachments,
-        )
-        await self._write([event])
-        self._touch(post.at_ms)
+        next_index = meta.messages if meta is not None else 0
+        seen: set[int] = set()
+        events: list[AnyEvent] = []
+        indexes: list[int | None] = []
+        for post in posts:
+            if post.message_id in seen or store.index_of(self.stream, post.message_id) is not None:
+                indexes.append(None)
+                continue
+            seen.add(post.message_id)
+            indexes.append(next_index)
+            events.append(posted_event(post, next_index))
+            next_index += 1
+        if not events:
+            return indexes
+        await self._write(events)
+        self._touch(max(post.at_ms for post in posts))
         if self.tail.start >= 0:
-            shown = ShownMessage(
-                index=index,
-                at_ms=post.at_ms,
-                author_name=post.author_name,
-                content=post.content,
-                attachments=post.attachments,
-            )
             tz = channel_zone(self._meta(), self.shared.settings)
-            self.tail.lines.append((index, message_line(shown, tz)))
+            for post, index in zip(posts, indexes, strict=True):
+                if index is not None:
+                    self.tail.lines.append((index, message_line(shown_post(post, index), tz)))
         meta = self._meta()
         assert meta is not None
         if meta.tail_bytes > self.shared.settings.overflow_tail_bytes:
             await self._maybe_publish()
         self._maybe_compress()
-        return index
+        return indexes
 
     async def _edit(self, edit: Edit) -> bool:
         index = self.shared.store.index_of(self.stream, edit.message_id)
