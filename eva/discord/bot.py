@@ -94,6 +94,8 @@ READY_TIMEOUT_S = 30.0
 BACKFILL_PAGE = 100
 BACKFILL_MOST = 10_000
 BACKFILL_REPLY_WINDOW_MS = 5 * 60_000
+LANE_BATCH = 256
+"""Most messages of one channel submitted together before their results are awaited."""
 EXIT_OK, EXIT_FAILED = 0, 1
 
 
@@ -414,17 +416,37 @@ class EvaBot:
             async with jobs:
                 await self._describe(stream)
                 async for job in jobs:
-                    try:
-                        await self._do(stream, job)
-                    except Exception:  # one bad event must not stop the channel
-                        log.exception("channel %s failed on %r", stream, job)
-                    finally:
-                        if isinstance(job, _Backfill):
-                            job.done.set()
+                    batch = [job]
+                    while isinstance(batch[-1], _Ingest) and len(batch) < LANE_BATCH:
+                        try:
+                            batch.append(jobs.receive_nowait())
+                        except trio.WouldBlock:
+                            break
+                    await self._do_all(stream, batch)
         finally:
             self._lane_tasks -= 1
             if self._lane_tasks == 0:
                 self._lanes_idle.set()
+
+    async def _do_all(self, stream: StreamId, batch: list[_Job]) -> None:
+        """Do a lane's jobs in order; messages that came together are submitted together."""
+        ingests = [job for job in batch if isinstance(job, _Ingest)]
+        if len(ingests) > 1 and len(ingests) == len(batch) - (not isinstance(batch[-1], _Ingest)):
+            requests = [await self.supervisor.submit(stream, one.post) for one in ingests]
+            for ingest, request in zip(ingests, requests, strict=True):
+                try:
+                    self._after_ingest(stream, ingest, await request.result())
+                except Exception:  # one bad event must not stop the channel
+                    log.exception("channel %s failed on %r", stream, ingest)
+            batch = batch[len(ingests) :]
+        for job in batch:
+            try:
+                await self._do(stream, job)
+            except Exception:  # one bad event must not stop the channel
+                log.exception("channel %s failed on %r", stream, job)
+            finally:
+                if isinstance(job, _Backfill):
+                    job.done.set()
 
     async def _do(self, stream: StreamId, job: _Job) -> None:
         match job:
@@ -442,7 +464,10 @@ class EvaBot:
                 job.stored = await self._backfill(stream, job.forced)
 
     async def _ingest(self, stream: StreamId, job: _Ingest) -> bool:
-        index = await self.supervisor.ask(stream, job.post)
+        return self._after_ingest(stream, job, await self.supervisor.ask(stream, job.post))
+
+    def _after_ingest(self, stream: StreamId, job: _Ingest, index: int | None) -> bool:
+        """Once a message is stored: tell the watcher, and answer it if it asks Eva."""
         if self.on_stored is not None:
             self.on_stored(stream, job.post, index)
         if index is None or not job.answer:

@@ -109,6 +109,13 @@ class Request:
         self.answer, self.error = answer, error
         self.done.set()
 
+    async def result(self) -> Any:
+        """The answer, once there is one; raises what the actor raised for this input."""
+        await self.done.wait()
+        if self.error is not None:
+            raise self.error
+        return self.answer
+
 
 @dataclass(frozen=True, slots=True)
 class _CompressionDone:

@@ -81,18 +81,23 @@ class Supervisor:
         Waits while the actor's inbox is full (a burst slows the sender down).
         Raises what the actor raised for this input.
         """
+        request = await self.submit(stream, item)
+        return await request.result()
+
+    async def submit(self, stream: StreamId, item: ChannelInput) -> Request:
+        """Queue `item` for the channel's actor; await `.result()` of what it returns.
+
+        A sender that submits several inputs before awaiting their results lets
+        the actor store queued posts in one commit; their order is kept.
+        """
         request = Request(item)
         while True:
             actor = self._actor(stream)
             try:
                 await actor.send.send(request)
-                break
+                return request
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 continue  # it went to sleep just now; the next one takes it
-        await request.done.wait()
-        if request.error is not None:
-            raise request.error
-        return request.answer
 
     def wake(self, stream: StreamId) -> None:
         """Start the channel's actor if it sleeps."""
