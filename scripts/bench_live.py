@@ -50,6 +50,10 @@ INGEST_LIMIT_S = 600.0
 STEP_LIMIT_S = 120.0
 
 
+WINDOW = 64
+"""Messages of one channel in flight at once, as a gateway would deliver them."""
+
+
 def p99_ms(samples: Sequence[float]) -> float:
     ordered = sorted(samples)
     if not ordered:
@@ -83,15 +87,30 @@ def spread(posts: Sequence[Post], channels: int, first_channel: int) -> dict[Str
 async def ingest(
     supervisor: Supervisor, by_channel: dict[StreamId, list[Post]]
 ) -> tuple[float, list[float]]:
-    """Send every channel's messages concurrently; (seconds, each ask's latency)."""
+    """Send every channel's messages concurrently; (seconds, each input-to-durable latency).
+
+    Like the gateway feeds the bot: each channel's messages are submitted in
+    order without waiting for the one before to be stored (at most WINDOW in
+    flight per channel), and a second task per channel awaits the answers.
+    """
     latencies: list[float] = []
 
     async def sender(stream: StreamId, posts: list[Post]) -> None:
-        for post in posts:
-            started = time.perf_counter()
-            answer = await supervisor.ask(stream, post)
-            latencies.append(time.perf_counter() - started)
-            assert answer is not None, "a new message was answered as already stored"
+        send, receive = trio.open_memory_channel[tuple[float, Any]](WINDOW)
+
+        async def settle() -> None:
+            async with receive:
+                async for started, request in receive:
+                    answer = await request.result()
+                    latencies.append(time.perf_counter() - started)
+                    assert answer is not None, "a new message was answered as already stored"
+
+        async with trio.open_nursery() as lane:
+            lane.start_soon(settle)
+            async with send:
+                for post in posts:
+                    started = time.perf_counter()
+                    await send.send((started, await supervisor.submit(stream, post)))
 
     started = time.perf_counter()
     with trio.fail_after(INGEST_LIMIT_S):
