@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta, tzinfo
+from functools import lru_cache
 
 import msgspec
 
@@ -30,7 +31,12 @@ class ShownMessage(msgspec.Struct, frozen=True, kw_only=True):
 
 def local_minute(at_ms: int, tz: tzinfo = UTC) -> str:
     """`YYYY-MM-DD HH:MM` of a UTC millisecond time in `tz`."""
-    moment = (_EPOCH + timedelta(milliseconds=at_ms)).astimezone(tz)
+    return _minute(at_ms // 60_000, tz)
+
+
+@lru_cache(maxsize=8192)
+def _minute(minute: int, tz: tzinfo) -> str:
+    moment = (_EPOCH + timedelta(minutes=minute)).astimezone(tz)
     return (
         f"{moment.year:04d}-{moment.month:02d}-{moment.day:02d} "
         f"{moment.hour:02d}:{moment.minute:02d}"

@@ -34,7 +34,7 @@ from eva.memory.publish import LineSizes, publish
 from eva.memory.remake import remake
 from eva.memory.view import channel_zone
 from eva.store.erasure import ScanReport, purge_stream, scan_files
-from eva.store.event_store import Batch, EventStore, read_message
+from eva.store.event_store import Batch, EventStore, read_messages
 from eva.store.lmdb_kv import LmdbBackend
 
 log = logging.getLogger(__name__)
@@ -156,11 +156,9 @@ def surviving_texts(store: EventStore) -> list[str]:
     for meta in store.streams():
         stream = StreamId(meta.guild_id, meta.channel_id)
         with store.backend.reading() as tables:
-            for index in range(meta.messages):
-                message = read_message(tables, stream, index)
-                if message is not None and not message.deleted:
-                    texts.append(message.content)
-                    texts.extend(message.attachments)
+            for _, message in read_messages(tables, stream, 0, meta.messages):
+                texts.append(message.content)
+                texts.extend(message.attachments)
     return texts
 
 

@@ -18,7 +18,13 @@ from eva.core.recall_index import search
 from eva.core.render import cut_to_bytes, render_line
 from eva.core.settings import MemorySettings
 from eva.core.state import StreamMeta
-from eva.store.event_store import EventStore, StoredMessage, read_line, read_message
+from eva.store.event_store import (
+    EventStore,
+    StoredMessage,
+    read_line,
+    read_message,
+    read_messages,
+)
 
 ZOOM_PAGE_BYTES = 4000
 
@@ -82,13 +88,9 @@ def tail_messages(store: EventStore, stream: StreamId) -> list[ShownMessage]:
     meta = store.meta(stream)
     if meta is None:
         return []
-    found = []
     with store.backend.reading() as tables:
-        for index in range(meta.row_frontier, meta.messages):
-            message = read_message(tables, stream, index)
-            if message is not None and not message.deleted:
-                found.append(shown(index, message))
-    return found
+        found = read_messages(tables, stream, meta.row_frontier, meta.messages)
+        return [shown(index, message) for index, message in found]
 
 
 def memory_text(

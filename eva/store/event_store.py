@@ -22,7 +22,7 @@ from eva.core.events import (
 )
 from eva.core.keys import StreamId
 from eva.core.projection import Projector, Rejected, Tables, read_meta
-from eva.core.state import StreamMeta, decode_line_slot, decode_meta, decode_slot
+from eva.core.state import MessageSlot, StreamMeta, decode_line_slot, decode_meta, decode_slot
 from eva.store.kv import Backend
 
 READ_CHUNK = 4096
@@ -220,9 +220,23 @@ class EventStore:
 def read_message(tables: Tables, stream: StreamId, index: int) -> StoredMessage | None:
     """A message by index inside an open transaction."""
     data = tables.get("messages", keys.message_key(stream, index))
-    if data is None:
-        return None
-    slot = decode_slot(data)
+    return None if data is None else _message_of(tables, stream, decode_slot(data))
+
+
+def read_messages(
+    tables: Tables, stream: StreamId, start: int, stop: int, *, deleted: bool = False
+) -> Iterator[tuple[int, StoredMessage]]:
+    """Messages start..stop-1 in order (erased ones only if `deleted`), in one scan."""
+    found = tables.scan(
+        "messages", keys.message_key(stream, start), keys.message_key(stream, stop)
+    )
+    for key, data in found:
+        slot = decode_slot(data)
+        if deleted or not slot.deleted:
+            yield keys.seq_of(key), _message_of(tables, stream, slot)
+
+
+def _message_of(tables: Tables, stream: StreamId, slot: MessageSlot) -> StoredMessage:
     posted_data = tables.get("events", keys.event_key(stream, slot.posted_seq))
     assert posted_data is not None
     posted = decode_event(posted_data)
