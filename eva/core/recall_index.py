@@ -251,6 +251,27 @@ def _write_bucket(tables: Tables, key: bytes, slots: dict[int, int]) -> None:
         if _REMOVED not in values:
             tables.put(POSTINGS, key, _encode_bucket(offsets, values))
             return
+    else:
+        offsets = sorted(slots)
+        values = list(map(slots.__getitem__, offsets))
+        count = len(old) // 5
+        last = int.from_bytes(old[2 * count - 2 : 2 * count], "little")
+        if offsets[0] > last and _REMOVED not in values:
+            # New messages after every stored one (the live case): the arrays
+            # grow at their ends, with the same bytes a full re-encoding gives.
+            new = _encode_bucket(offsets, values)
+            more = len(offsets)
+            tables.put(
+                POSTINGS,
+                key,
+                old[: 2 * count]
+                + new[: 2 * more]
+                + old[2 * count : 4 * count]
+                + new[2 * more : 4 * more]
+                + old[4 * count :]
+                + new[4 * more :],
+            )
+            return
     entries = {} if old is None else _bucket_entries(old)
     for offset, value in slots.items():
         if value == _REMOVED:
