@@ -65,6 +65,9 @@ from eva.store.event_store import Appended, EventStore
 log = logging.getLogger(__name__)
 
 
+READ_INPUTS = (GetPrompt, Zoom, Recall, DateOf, RecordTool, RecordReply)
+"""Inputs served apart from posts: reads, and the records of Eva's own calls."""
+
 POST_BATCH = 256
 """Most posts stored in one commit when they queue up for one channel."""
 
@@ -155,6 +158,10 @@ class ChannelActor:
         self.shared = shared
         self.stream = stream
         self.send, self.receive = trio.open_memory_channel[Request](shared.live.inbox_capacity)
+        # Reads (prompt, tools) and records of Eva's own calls do not wait behind posts.
+        self.read_send, self.read_receive = trio.open_memory_channel[Request](
+            shared.live.inbox_capacity
+        )
         self.compressing = False
         self.retry_at = math.inf
         self.retry_delay = shared.live.retry_first_seconds
@@ -166,6 +173,8 @@ class ChannelActor:
         self.stopped = False
         self.unfinished_upto = 0  # the cutoff of a run that left leaves undone
         self._quiet_timer_for = -math.inf
+        self.reading = 0
+        self._waiting = trio.CancelScope()
         self._compress_scope = trio.CancelScope()
         self._compress_idle = trio.Event()
         self._compress_idle.set()
@@ -173,12 +182,18 @@ class ChannelActor:
     # -- the loop -------------------------------------------------------------
 
     async def run(self, on_sleep: Callable[[ChannelActor], None]) -> None:
-        """Serve inputs until idle with nothing pending; then call `on_sleep` and return."""
+        """Serve inputs until idle with nothing pending; then call `on_sleep` and return.
+
+        A second task serves reads (the prompt, zoom, recall, date) and the
+        records of Eva's own calls, so a reply never waits behind a burst of
+        posts; both tasks run on one trio thread, so each read sees a whole state.
+        """
         await self._wake()
-        async with self.receive:
+        async with self.receive, self.read_receive, trio.open_nursery() as nursery:
+            nursery.start_soon(self._serve_reads)
             while not self._may_sleep():
                 request = None
-                with trio.move_on_at(self._next_deadline()):
+                with trio.move_on_at(self._next_deadline()) as self._waiting:
                     request = await self.receive.receive()
                 if request is None:
                     await self._on_timer()
@@ -188,9 +203,20 @@ class ChannelActor:
                     await self._serve(request)
             on_sleep(self)  # no await between the check and leaving the registry
             self.stopped = True
+            nursery.cancel_scope.cancel()
+
+    async def _serve_reads(self) -> None:
+        async for request in self.read_receive:
+            self.reading += 1
+            try:
+                await self._serve(request)
+            finally:
+                self.reading -= 1
+            self._waiting.cancel()  # let the main loop see whether it may sleep now
 
     def _may_sleep(self) -> bool:
         stats = self.receive.statistics()
+        reads = self.read_receive.statistics()
         idle = trio.current_time() - self.last_input >= self.shared.live.idle_seconds
         return (
             idle
@@ -199,6 +225,9 @@ class ChannelActor:
             and self.retry_at == math.inf
             and stats.current_buffer_used == 0
             and stats.tasks_waiting_send == 0
+            and reads.current_buffer_used == 0
+            and reads.tasks_waiting_send == 0
+            and self.reading == 0
         )
 
     def _publish_pending(self) -> bool:

@@ -22,7 +22,7 @@ from eva.core.keys import StreamId
 from eva.core.settings import LiveSettings, MemorySettings
 from eva.core.summarize import Summarizer
 from eva.core.timing import compression_due
-from eva.live.actor import ChannelActor, Request, Shared
+from eva.live.actor import READ_INPUTS, ChannelActor, Request, Shared
 from eva.live.inputs import ChannelInput, ForgetHere
 from eva.live.models import LimitedSummarizer
 from eva.live.writer import open_writer
@@ -93,8 +93,9 @@ class Supervisor:
         request = Request(item)
         while True:
             actor = self._actor(stream)
+            inbox = actor.read_send if isinstance(item, READ_INPUTS) else actor.send
             try:
-                await actor.send.send(request)
+                await inbox.send(request)
                 return request
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 continue  # it went to sleep just now; the next one takes it
