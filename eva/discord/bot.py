@@ -10,7 +10,8 @@
 # creation order. Our listeners never await before they enqueue: their first step maps the
 # event and puts it on its channel's *lane* (an unbounded trio memory channel,
 # `send_nowait`), so each lane holds its channel's events in Discord's order. One trio task
-# per lane takes them one at a time and waits for the actor's answer before the next, so a
+# per lane submits them to the actor in that order (the messages that arrived together
+# before their answers are awaited, so the actor stores them in one commit), so a
 # channel's messages reach its actor (and the log) in the order Discord sent them. Lanes of
 # different channels run side by side. Backfill runs as a job on the lane too, so history
 # fetched over REST is stored in order with the live events queued behind it; duplicates
@@ -29,13 +30,13 @@ import logging
 import math
 import signal
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
 from pathlib import Path
 from types import ModuleType
-from typing import Protocol, TypeVar, cast
+from typing import Protocol, TypeVar
 
 import anthropic
 import hikari
@@ -44,25 +45,21 @@ import trio
 import trio_asyncio  # type: ignore[import-untyped]
 
 from eva.core.keys import StreamId
-from eva.core.recall import RecallView
 from eva.core.settings import LiveSettings, MemorySettings, ModelSettings
 from eva.core.summarize import OfflineSummarizer, Summarizer
+from eva.discord.answer import Answerer
+from eva.discord.bridge import aio, run_trio
 from eva.discord.mapping import (
     delete_of,
     display_name,
     edit_of,
-    mentions_eva,
-    offline_reply,
-    post_of,
-    split_reply,
     stream_of,
-    without_mention,
 )
-from eva.live.inputs import Delete, Describe, Edit, Post, Recall
+from eva.discord.messages import asks_eva, mention_names, post_from
+from eva.live.inputs import Delete, Describe, Edit, Post
 from eva.live.supervisor import Supervisor, open_supervisor, wall_clock_ms
 from eva.model.client import make_client
 from eva.model.line_writer import ClaudeLineWriter
-from eva.model.reply import write_reply
 from eva.store.event_store import EventStore
 from eva.store.lmdb_kv import open_backend
 
@@ -87,7 +84,6 @@ CHAT_TYPES = frozenset(
 )
 COMMANDS_MODULE = "eva.discord.commands"
 NO_COMMANDS_TEXT = "Commands are not available yet."
-TYPING_EVERY_S = 8.0
 CLOSE_TIMEOUT_S = 5.0
 DRAIN_TIMEOUT_S = 5.0
 READY_TIMEOUT_S = 30.0
@@ -170,15 +166,6 @@ def _commands() -> ModuleType | None:
         return None
 
 
-async def _aio(fn: Callable[[], Awaitable[T]]) -> T:
-    """Await an asyncio coroutine (hikari's) from trio."""
-    return cast(T, await trio_asyncio.aio_as_trio(fn)())
-
-
-def _run_trio(fn: Callable[[], Awaitable[T]]) -> Awaitable[T]:
-    return cast(Awaitable[T], trio_asyncio.trio_as_aio(fn)())
-
-
 class EvaBot:
     """One process's bot: hikari's events in, the actors' answers and Eva's replies out."""
 
@@ -202,7 +189,7 @@ class EvaBot:
         self.eva_id = eva_id
         self.eva_name = "Eva"
         self.on_stored = on_stored
-        self.replies_sent = 0
+        self.answerer = Answerer(bot, supervisor, client, models, eva_id)
         self._nursery = nursery
         self._lanes: dict[StreamId, trio.MemorySendChannel[_Job]] = {}
         self._lane_tasks = 0
@@ -219,7 +206,7 @@ class EvaBot:
             supervisor=supervisor,
             store=self.store,
             eva_id=self.eva_id,
-            run_trio=_run_trio,
+            run_trio=run_trio,
             model_settings=models,
             memory_settings=supervisor.shared.settings,
             backfill=self.backfill,
@@ -244,7 +231,7 @@ class EvaBot:
         """Connect the gateway; return once every shard is ready and commands are registered."""
         self._expected_shards = len(shard_ids) if shard_ids else (shard_count or 1)
         ids = None if shard_ids is None else list(shard_ids)
-        await _aio(
+        await aio(
             lambda: self.bot.start(shard_ids=ids, shard_count=shard_count, check_for_updates=False)
         )
         with trio.move_on_after(READY_TIMEOUT_S):
@@ -265,7 +252,7 @@ class EvaBot:
                 trio.move_on_after(CLOSE_TIMEOUT_S),
                 contextlib.suppress(hikari.ComponentStateConflictError),
             ):
-                await _aio(self.bot.close)
+                await aio(self.bot.close)
             self._closing = True
             for lane in self._lanes.values():
                 lane.close()
@@ -277,6 +264,7 @@ class EvaBot:
     async def _on_ready(self, event: hikari.ShardReadyEvent) -> None:
         self.eva_id = self.context.eva_id = int(event.my_user.id)
         self.eva_name = event.my_user.global_name or event.my_user.username
+        self.answerer.eva_name = self.eva_name
         self._application_id = int(event.application_id)
         self._guild_ids.update(int(g) for g in event.unavailable_guilds)
         self._ready_shards += 1
@@ -292,7 +280,7 @@ class EvaBot:
     async def _on_guild_join(self, event: hikari.GuildJoinEvent) -> None:
         self._guild_ids.add(int(event.guild_id))
         if self._ready.is_set():
-            await _run_trio(lambda: self._register_commands([int(event.guild_id)]))
+            await run_trio(lambda: self._register_commands([int(event.guild_id)]))
 
     async def _on_create(self, event: hikari.GuildMessageCreateEvent) -> None:
         message = event.message
@@ -301,17 +289,18 @@ class EvaBot:
         member = event.member
         author = message.author
         nickname = member.nickname if member is not None else None
-        post = self._post_of(message, display_name(nickname, author.global_name, author.username))
+        name = display_name(nickname, author.global_name, author.username)
+        post = post_from(message, self.eva_id, self.eva_name, name)
         self._enqueue(
             stream_of(event.guild_id, event.channel_id),
-            _Ingest(post, answer=self._asks_eva(message)),
+            _Ingest(post, answer=asks_eva(self.eva_id, message)),
         )
 
     async def _on_update(self, event: hikari.GuildMessageUpdateEvent) -> None:
         message = event.message
         if not isinstance(message.content, str):
             return
-        names = self._mention_names(message.user_mentions)
+        names = mention_names(message.user_mentions, self.eva_id, self.eva_name)
         attachments = message.attachments
         known = isinstance(attachments, Sequence)
         files = [a.filename for a in attachments] if isinstance(attachments, Sequence) else []
@@ -347,51 +336,6 @@ class EvaBot:
                 NO_COMMANDS_TEXT,
                 flags=hikari.MessageFlag.EPHEMERAL,
             )
-
-    # -- mapping hikari values ------------------------------------------------------------
-
-    def _mention_names(self, users: object) -> dict[int, str]:
-        names = {self.eva_id: self.eva_name}
-        if isinstance(users, Mapping):
-            for user in users.values():
-                if isinstance(user, hikari.PartialUser) and isinstance(user.username, str):
-                    global_name = user.global_name if isinstance(user.global_name, str) else None
-                    names[int(user.id)] = display_name(None, global_name, user.username)
-        return names
-
-    def _post_of(self, message: hikari.Message, author_name: str) -> Post:
-        referenced = message.referenced_message
-        reference = message.message_reference
-        if referenced is not None:
-            reply_to: int | None = int(referenced.id)
-        elif reference is not None and reference.id is not None:
-            reply_to = int(reference.id)
-        else:
-            reply_to = None
-        return post_of(
-            message_id=message.id,
-            author_id=message.author.id,
-            author_name=author_name,
-            is_bot=message.author.is_bot,
-            timestamp=message.timestamp,
-            content=message.content or "",
-            referenced_message_id=reply_to,
-            attachment_filenames=[a.filename for a in message.attachments],
-            mention_names=self._mention_names(message.user_mentions),
-        )
-
-    def _asks_eva(self, message: hikari.Message) -> bool:
-        if message.author.is_bot:
-            return False
-        referenced = message.referenced_message
-        author = None if referenced is None else referenced.author
-        mentioned = message.user_mentions_ids
-        return mentions_eva(
-            message.content or "",
-            mentioned if isinstance(mentioned, Sequence) else (),
-            self.eva_id,
-            int(author.id) if isinstance(author, hikari.PartialUser) else None,
-        )
 
     # -- lanes (trio) -------------------------------------------------------------------
 
@@ -474,7 +418,7 @@ class EvaBot:
             return index is not None
         recent = wall_clock_ms() - job.post.at_ms <= BACKFILL_REPLY_WINDOW_MS
         if not job.recent_only or recent:
-            self._nursery.start_soon(self._answer, stream, job.post)
+            self._nursery.start_soon(self.answerer.answer, stream, job.post)
         return True
 
     async def _describe(self, stream: StreamId) -> None:
@@ -504,7 +448,7 @@ class EvaBot:
         if channel is None:
             channel = cache.get_thread(channel_id)
         if channel is None:
-            fetched = await _aio(lambda: self.bot.rest.fetch_channel(channel_id))
+            fetched = await aio(lambda: self.bot.rest.fetch_channel(channel_id))
             if not isinstance(fetched, hikari.GuildChannel):
                 raise ValueError(f"channel {channel_id} is not a guild channel")
             channel = fetched
@@ -528,14 +472,14 @@ class EvaBot:
         stored = 0
         fetched = 0
         while fetched < BACKFILL_MOST:
-            page = await _aio(partial(self._page_after, stream.channel_id, cursor))
+            page = await aio(partial(self._page_after, stream.channel_id, cursor))
             for message in page:
                 if message.type not in CHAT_TYPES:
                     continue
                 author = message.author
-                post = self._post_of(message, display_name(None, author.global_name,
-                                                           author.username))
-                job = _Ingest(post, answer=self._asks_eva(message), recent_only=True)
+                name = display_name(None, author.global_name, author.username)
+                post = post_from(message, self.eva_id, self.eva_name, name)
+                job = _Ingest(post, answer=asks_eva(self.eva_id, message), recent_only=True)
                 stored += await self._ingest(stream, job)
             fetched += len(page)
             if len(page) < BACKFILL_PAGE:
@@ -551,60 +495,9 @@ class EvaBot:
         page = [message async for message in found.limit(BACKFILL_PAGE)]
         return sorted(page, key=lambda message: int(message.id))
 
-    # -- answering ---------------------------------------------------------------------
-
-    async def _answer(self, stream: StreamId, question: Post) -> None:
-        """Think (typing shown meanwhile), then post the answer as a reply to the question."""
-        try:
-            async with trio.open_nursery() as typing:
-                typing.start_soon(self._keep_typing, stream.channel_id)
-                text = await self._reply_text(stream, question)
-                typing.cancel_scope.cancel()
-            await self._post_reply(stream.channel_id, question, text)
-        except Exception:
-            log.exception("answering message %d in %s failed", question.message_id, stream)
-
-    async def _keep_typing(self, channel_id: int) -> None:
-        while True:
-            try:
-                await _aio(lambda: self._typing_once(channel_id))
-            except hikari.HikariError as error:
-                log.debug("typing indicator in %d failed: %s", channel_id, error)
-            await trio.sleep(TYPING_EVERY_S)
-
-    async def _typing_once(self, channel_id: int) -> None:
-        await self.bot.rest.trigger_typing(channel_id)
-
-    async def _reply_text(self, stream: StreamId, question: Post) -> str:
-        if self.client is None:
-            query = without_mention(question.content, self.eva_id, self.eva_name)
-            view = await self.supervisor.ask(stream, Recall(query=query)) if query else None
-            hits = [] if not isinstance(view, RecallView) else [
-                line for window in view.windows for line in window
-            ]
-            return offline_reply(query, hits)
-        outcome = await write_reply(
-            self.supervisor, stream, question, self.client, self.models, wall_clock_ms()
-        )
-        return outcome.text
-
-    async def _post_reply(self, channel_id: int, question: Post, text: str) -> None:
-        for number, piece in enumerate(split_reply(text)):
-
-            async def create(piece: str = piece, first: bool = number == 0) -> None:
-                await self.bot.rest.create_message(
-                    channel_id,
-                    piece,
-                    reply=hikari.Snowflake(question.message_id) if first else hikari.UNDEFINED,
-                    reply_must_exist=False,
-                    mentions_everyone=False,
-                    role_mentions=False,
-                    user_mentions=[hikari.Snowflake(question.author_id)],
-                    mentions_reply=True,
-                )
-
-            await _aio(create)
-        self.replies_sent += 1
+    @property
+    def replies_sent(self) -> int:
+        return self.answerer.replies_sent
 
     # -- commands -------------------------------------------------------------------------
 
@@ -614,7 +507,7 @@ class EvaBot:
             return
         rest, application_id = self.bot.rest, self._application_id
         try:
-            await _aio(lambda: register(rest, application_id, guild_ids))
+            await aio(lambda: register(rest, application_id, guild_ids))
         except Exception:  # commands are an extra; the bot runs without them
             log.exception("registering the slash commands failed")
 
@@ -643,7 +536,7 @@ async def _watch_signals(eva: EvaBot) -> None:
 async def _watch_gateway(eva: EvaBot) -> None:
     """Stop when hikari closes by itself (a fatal gateway error)."""
     try:
-        await _aio(eva.bot.join)
+        await aio(eva.bot.join)
     except Exception:
         log.exception("the gateway stopped")
     eva.stop()

@@ -1,0 +1,100 @@
+# Eva's answers in Discord: typing while she thinks, then the reply posted in the channel.
+#
+# Shell. With a model client the reply comes from eva.model.reply (memory, tools,
+# quota); without one, Eva says she is offline and quotes what recall finds.
+# Invariants: replies never ping @everyone or roles, only the asker; a reply longer
+# than Discord allows is split; a failing answer is logged and the chat goes on.
+from __future__ import annotations
+
+import logging
+
+import anthropic
+import hikari
+import trio
+
+from eva.core.keys import StreamId
+from eva.core.recall import RecallView
+from eva.core.settings import ModelSettings
+from eva.discord.bridge import aio
+from eva.discord.mapping import offline_reply, split_reply, without_mention
+from eva.live.inputs import Post, Recall
+from eva.live.supervisor import Supervisor, wall_clock_ms
+from eva.model.reply import write_reply
+
+log = logging.getLogger(__name__)
+
+TYPING_EVERY_S = 8.0
+
+
+class Answerer:
+    """Answers the messages that ask Eva something, in their channel."""
+
+    def __init__(
+        self,
+        bot: hikari.GatewayBot,
+        supervisor: Supervisor,
+        client: anthropic.AsyncAnthropic | None,
+        models: ModelSettings,
+        eva_id: int,
+    ) -> None:
+        self.bot = bot
+        self.supervisor = supervisor
+        self.client = client
+        self.models = models
+        self.eva_id = eva_id
+        self.eva_name = "Eva"
+        self.replies_sent = 0
+
+    async def answer(self, stream: StreamId, question: Post) -> None:
+        """Think (typing shown meanwhile), then post the answer as a reply to the question."""
+        try:
+            async with trio.open_nursery() as typing:
+                typing.start_soon(self._keep_typing, stream.channel_id)
+                text = await self._reply_text(stream, question)
+                typing.cancel_scope.cancel()
+            await self._post_reply(stream.channel_id, question, text)
+        except Exception:
+            log.exception("answering message %d in %s failed", question.message_id, stream)
+
+    async def _keep_typing(self, channel_id: int) -> None:
+        while True:
+            try:
+                await aio(lambda: self._typing_once(channel_id))
+            except hikari.HikariError as error:
+                log.debug("typing indicator in %d failed: %s", channel_id, error)
+            await trio.sleep(TYPING_EVERY_S)
+
+    async def _typing_once(self, channel_id: int) -> None:
+        await self.bot.rest.trigger_typing(channel_id)
+
+    async def _reply_text(self, stream: StreamId, question: Post) -> str:
+        if self.client is None:
+            query = without_mention(question.content, self.eva_id, self.eva_name)
+            view = await self.supervisor.ask(stream, Recall(query=query)) if query else None
+            hits = [] if not isinstance(view, RecallView) else [
+                line for window in view.windows for line in window
+            ]
+            return offline_reply(query, hits)
+        outcome = await write_reply(
+            self.supervisor, stream, question, self.client, self.models, wall_clock_ms()
+        )
+        return outcome.text
+
+    async def _post_reply(self, channel_id: int, question: Post, text: str) -> None:
+        for number, piece in enumerate(split_reply(text)):
+
+            async def create(piece: str = piece, first: bool = number == 0) -> None:
+                await self.bot.rest.create_message(
+                    channel_id,
+                    piece,
+                    reply=hikari.Snowflake(question.message_id) if first else hikari.UNDEFINED,
+                    reply_must_exist=False,
+                    mentions_everyone=False,
+                    role_mentions=False,
+                    user_mentions=[hikari.Snowflake(question.author_id)],
+                    mentions_reply=True,
+                )
+
+            await aio(create)
+        self.replies_sent += 1
+
