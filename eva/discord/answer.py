@@ -12,12 +12,13 @@ import anthropic
 import hikari
 import trio
 
+from eva.core.events import ReplyWritten
 from eva.core.keys import StreamId
 from eva.core.recall import RecallView
 from eva.core.settings import ModelSettings
 from eva.discord.bridge import aio
 from eva.discord.mapping import offline_reply, split_reply, without_mention
-from eva.live.inputs import Post, Recall
+from eva.live.inputs import Post, Recall, RecordReply
 from eva.live.supervisor import Supervisor, wall_clock_ms
 from eva.model.reply import write_reply
 
@@ -50,9 +51,11 @@ class Answerer:
         try:
             async with trio.open_nursery() as typing:
                 typing.start_soon(self._keep_typing, stream.channel_id)
-                text = await self._reply_text(stream, question)
+                text, record = await self._reply_text(stream, question)
                 typing.cancel_scope.cancel()
             await self._post_reply(stream.channel_id, question, text)
+            if record is not None:  # recorded once it is out: posting waits for no commit
+                await self.supervisor.ask(stream, RecordReply(reply=record))
         except Exception:
             log.exception("answering message %d in %s failed", question.message_id, stream)
 
@@ -67,18 +70,26 @@ class Answerer:
     async def _typing_once(self, channel_id: int) -> None:
         await self.bot.rest.trigger_typing(channel_id)
 
-    async def _reply_text(self, stream: StreamId, question: Post) -> str:
+    async def _reply_text(
+        self, stream: StreamId, question: Post
+    ) -> tuple[str, ReplyWritten | None]:
         if self.client is None:
             query = without_mention(question.content, self.eva_id, self.eva_name)
             view = await self.supervisor.ask(stream, Recall(query=query)) if query else None
             hits = [] if not isinstance(view, RecallView) else [
                 line for window in view.windows for line in window
             ]
-            return offline_reply(query, hits)
+            return offline_reply(query, hits), None
         outcome = await write_reply(
-            self.supervisor, stream, question, self.client, self.models, wall_clock_ms()
+            self.supervisor,
+            stream,
+            question,
+            self.client,
+            self.models,
+            wall_clock_ms(),
+            record=False,
         )
-        return outcome.text
+        return outcome.text, outcome.unrecorded
 
     async def _post_reply(self, channel_id: int, question: Post, text: str) -> None:
         for number, piece in enumerate(split_reply(text)):

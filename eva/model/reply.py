@@ -76,6 +76,7 @@ class ReplyOutcome:
     quota_left: int = 0
     refused: bool = False  # the guild's replies for the month were used up; no model call
     failed: bool = False  # the model did not answer; `text` is an apology, nothing recorded
+    unrecorded: ReplyWritten | None = None  # the record for the caller to append, if asked to
 
 
 class _ModelFailed(Exception):
@@ -346,11 +347,14 @@ async def write_reply(
     client: anthropic.AsyncAnthropic,
     settings: ModelSettings,
     wall_ms: int,
+    record: bool = True,
 ) -> ReplyOutcome:
     """Eva's answer to `question` in `stream`, with her memory and tools of that channel only.
 
     Refuses without calling the model when the guild's replies for the month
-    are used up; apologises (recording no reply) when the model fails.
+    are used up; apologises (recording no reply) when the model fails. With
+    `record` False the reply.written event is returned in `unrecorded` for the
+    caller to append once the answer is out, so posting it waits for no commit.
     """
     store = supervisor.shared.store
     month = reply_month(wall_ms)
@@ -447,6 +451,11 @@ async def write_reply(
         text_bytes=len(text.encode()),
         month=month,
     )
+    if not record:
+        left = max(limit - used - 1, 0)
+        return ReplyOutcome(
+            text=text, tool_calls=tool_calls, usage=usage, quota_left=left, unrecorded=reply
+        )
     await supervisor.ask(stream, RecordReply(reply=reply))
     left = max(limit - guild_replies(store, stream.guild_id, month), 0)
     return ReplyOutcome(text=text, tool_calls=tool_calls, usage=usage, quota_left=left)
