@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from eva.cli.cmd_serve import ChatLine, local_stream, parse_chat_line
+from eva.live.local_chat import ChatLine, local_stream, parse_chat_line
 
 EVA = [sys.executable, "-m", "eva.cli.main"]
 TIMEOUT_S = 60.0

@@ -11,9 +11,7 @@
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
-import re
 import signal
 import sys
 import time
@@ -43,82 +41,24 @@ from eva.core.settings import LiveSettings, MemorySettings
 from eva.core.summarize import OfflineSummarizer
 from eva.core.timing import compression_due
 from eva.live.inputs import Describe, Post
+from eva.live.local_chat import (
+    DEFAULT_CHANNEL,
+    ChatLine,
+    MessageIds,
+    local_stream,
+    parse_chat_line,
+    post_of,
+    stable_id,
+)
 from eva.live.supervisor import Supervisor, open_supervisor, wall_clock_ms
 from eva.store.event_store import EventStore
 
-LOCAL_GUILD = 0
 LOCAL_GUILD_NAME = "local"
-DEFAULT_CHANNEL = "#local"
-DISCORD_EPOCH_MS = 1_420_070_400_000
 SENDER_QUEUE = 256
 READ_BYTES = 65536
 STATUS_EVERY_S = 3.0
 SETTLE_POLL_S = 0.1
 EXIT_INTERRUPTED = 130
-
-_CHAT_LINE = re.compile(
-    r"^(?:(?P<channel>#[^\s:#]+)\s+)?(?P<name>[^\s#:][^:]{0,79}?)\s*:\s?(?P<text>.*\S.*)$"
-)
-
-
-# -- the pure part: lines, names and ids -----------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class ChatLine:
-    """One line of local chat: the channel's name (without `#`), the author and the text."""
-
-    channel: str
-    author: str
-    text: str
-
-
-def parse_chat_line(line: str, default_channel: str = DEFAULT_CHANNEL) -> ChatLine | None:
-    """`#CHANNEL NAME: text` or `NAME: text` as a ChatLine; None if the line is neither."""
-    match = _CHAT_LINE.match(line.strip())
-    if match is None:
-        return None
-    channel = (match["channel"] or default_channel).removeprefix("#")
-    return ChatLine(channel, match["name"].strip(), match["text"].strip())
-
-
-def stable_id(kind: str, name: str) -> int:
-    """A 63-bit id derived from `name` alone: the same in every run and process."""
-    person = f"eva-local-{kind}".encode()[:16]
-    digest = hashlib.blake2b(name.encode(), digest_size=8, person=person).digest()
-    return int.from_bytes(digest, "big") >> 1
-
-
-def local_stream(channel: str) -> StreamId:
-    """The stream of a local channel, by its name without `#`."""
-    return StreamId(LOCAL_GUILD, stable_id("channel", channel))
-
-
-class MessageIds:
-    """Snowflake-like message ids from the wall clock, strictly increasing."""
-
-    def __init__(self) -> None:
-        self.last = 0
-
-    def next(self, now_ms: int) -> int:
-        self.last = max(self.last + 1, max(0, now_ms - DISCORD_EPOCH_MS) << 22)
-        return self.last
-
-
-def post_of(event: MessagePosted) -> Post:
-    """The input that posts an exported message again."""
-    return Post(
-        message_id=event.message_id,
-        author_id=event.author_id,
-        author_name=event.author_name,
-        at_ms=event.at_ms,
-        content=event.content,
-        bot=event.bot,
-        utc_offset_min=event.utc_offset_min,
-        reply_to=event.reply_to,
-        attachments=event.attachments,
-    )
-
 
 # -- the session ----------------------------------------------------------------
 
