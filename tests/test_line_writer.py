@@ -495,3 +495,28 @@ async def test_memory_builds_model_lines_through_the_fake_api(tmp_path: Path) ->
         for reply in fake.replies
     )
     assert len(fake.message_requests()) == built.stats.model_requests
+
+
+async def test_batched_background_calls_get_their_own_limit_and_a_day(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    class Slow:
+        def __init__(self, batches: bool) -> None:
+            self.background_batches = batches
+            self.seen: list[bool] = []
+
+        async def summarize(self, tasks: Sequence[Task], urgent: bool = True) -> list[Summary]:
+            self.seen.append(urgent)
+            await trio.sleep(200)  # longer than the urgent time limit
+            return []
+
+    batching = Slow(batches=True)
+    limited = LimitedSummarizer(batching, trio.CapacityLimiter(1), timeout_s=100)
+    with pytest.raises(TimeoutError):
+        await limited.summarize([], urgent=True)
+    assert await limited.summarize([], urgent=False) == []  # a batch: a day's limit
+    assert limited.failures == 1
+    assert batching.seen == [True, False]
+    direct = LimitedSummarizer(Slow(batches=False), trio.CapacityLimiter(1), timeout_s=100)
+    with pytest.raises(TimeoutError):
+        await direct.summarize([], urgent=False)  # not batched: the usual limit

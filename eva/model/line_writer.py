@@ -242,6 +242,8 @@ class ClaudeLineWriter:
         self.settings = settings
         self.limit = limit
         self.backoff_first_s = backoff_first_s
+        # Work that is not urgent goes through the Message Batches API, which may take hours.
+        self.background_batches = settings.use_batches
 
     async def summarize(self, tasks: Sequence[Task], urgent: bool = True) -> list[Summary]:
         """One summary per task that got a usable line, in the order of `tasks`.
