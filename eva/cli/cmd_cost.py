@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import argparse
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ from eva.cli.common import (
     find_stream,
     open_store,
     print_json,
+    settings_table,
 )
 from eva.core.costs import CACHE_TTLS, CostReport, CostRow, sum_costs
 from eva.core.keys import StreamId
@@ -34,15 +34,7 @@ def load_model_settings(path: Path | None) -> ModelSettings:
     Prices given under [models.prices.NAME] replace or add to the default
     table one model at a time; the models not named keep their default price.
     """
-    if path is None:
-        return ModelSettings()
-    try:
-        table = tomllib.loads(path.read_text(encoding="utf-8")).get("models", {})
-        settings = msgspec.convert(table, ModelSettings)
-    except FileNotFoundError:
-        raise UserError(f"no settings file at {path}") from None
-    except (tomllib.TOMLDecodeError, msgspec.ValidationError, ValueError) as error:
-        raise UserError(f"bad settings in {path}: {error}") from None
+    settings = settings_table(path, "models", ModelSettings)
     if settings.cache_ttl not in CACHE_TTLS:
         raise UserError(f"bad settings in {path}: cache_ttl must be '5m' or '1h'")
     return msgspec.structs.replace(settings, prices={**default_prices(), **settings.prices})

@@ -11,15 +11,17 @@ import argparse
 import logging
 import os
 import sys
-import tomllib
-from pathlib import Path
 
-import msgspec
 import trio
 
 from eva.cli.cmd_cost import load_model_settings
-from eva.cli.common import UserError, add_data_option, add_settings_option, load_settings
-from eva.core.settings import LiveSettings
+from eva.cli.common import (
+    UserError,
+    add_data_option,
+    add_settings_option,
+    load_live_settings,
+    load_settings,
+)
 
 EXIT_NO_TOKEN = 2
 TOKEN_HELP = (
@@ -67,19 +69,6 @@ def _shard_ids(text: str) -> list[int]:
     if not ids or any(i < 0 for i in ids):
         raise argparse.ArgumentTypeError(f"not a list of shard numbers: {text!r}")
     return ids
-
-
-def load_live_settings(path: Path | None) -> LiveSettings:
-    """The process's settings: defaults, overridden by the [live] table of a TOML file."""
-    if path is None:
-        return LiveSettings()
-    try:
-        table = tomllib.loads(path.read_text(encoding="utf-8")).get("live", {})
-        return msgspec.convert(table, LiveSettings).check()
-    except FileNotFoundError:
-        raise UserError(f"no settings file at {path}") from None
-    except (tomllib.TOMLDecodeError, msgspec.ValidationError, ValueError) as error:
-        raise UserError(f"bad settings in {path}: {error}") from None
 
 
 def run_run(args: argparse.Namespace) -> int:

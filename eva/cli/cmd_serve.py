@@ -30,6 +30,7 @@ from eva.cli.common import (
     add_data_option,
     add_json_option,
     add_settings_option,
+    load_live_settings,
     load_settings,
     open_store,
     print_json,
@@ -68,6 +69,7 @@ class Session:
     """What this run did, counted as it goes."""
 
     mode: str
+    live: LiveSettings = field(default_factory=LiveSettings)
     started: float = field(default_factory=time.perf_counter)
     lines_read: int = 0
     skipped_lines: int = 0
@@ -143,11 +145,11 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(f"cannot replay {args.export}: {error}") from None
     store = open_store(args.data, must_exist=False)
     if export is None:
-        session = Session("stdin")
+        session = Session("stdin", load_live_settings(args.settings))
         trio.run(serve_stdin, store, settings, args.channel, sys.stdout if args.acks else None,
                  session)
     else:
-        session = Session("export")
+        session = Session("export", load_live_settings(args.settings))
         clock = ScaledClock(args.speed) if args.speed > 0 else None
         trio.run(serve_export, store, settings, export, clock, args.quiet, session, clock=clock)
     report(store, settings, session, args.json)
@@ -460,7 +462,7 @@ async def serve(
     still exits normally and its writer commits every queued append.
     """
     summarizer = OfflineSummarizer(settings.line_limit)
-    async with open_supervisor(store, summarizer, settings, LiveSettings(), wall_ms) as supervisor:
+    async with open_supervisor(store, summarizer, settings, session.live, wall_ms) as supervisor:
         with trio.CancelScope() as scope:
             async with trio.open_nursery() as nursery:
                 await nursery.start(watch_signals, scope, session)

@@ -11,16 +11,17 @@ import sys
 import time
 import tomllib
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar
 
 import msgspec
 
 from eva.core.keys import StreamId, parse_stream
-from eva.core.settings import MemorySettings
+from eva.core.settings import LiveSettings, MemorySettings
 from eva.store.event_store import EventStore
 from eva.store.lmdb_kv import open_backend
 
 DEFAULT_DATA = "./eva-data"
+S = TypeVar("S", bound=msgspec.Struct)
 
 
 class UserError(Exception):
@@ -49,17 +50,29 @@ def add_settings_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def load_settings(path: Path | None) -> MemorySettings:
-    """The memory settings: defaults, overridden by the [memory] table of a TOML file."""
+def settings_table(path: Path | None, table: str, kind: type[S]) -> S:
+    """The `[table]` of a TOML settings file as `kind` (its defaults without a file)."""
     if path is None:
-        return MemorySettings()
+        return kind()
     try:
-        table = tomllib.loads(path.read_text(encoding="utf-8")).get("memory", {})
-        return msgspec.convert(table, MemorySettings).check()
+        data = tomllib.loads(path.read_text(encoding="utf-8")).get(table, {})
+        value = msgspec.convert(data, kind)
+        check = getattr(value, "check", None)
+        return check() if callable(check) else value
     except FileNotFoundError:
         raise UserError(f"no settings file at {path}") from None
     except (tomllib.TOMLDecodeError, msgspec.ValidationError, ValueError) as error:
         raise UserError(f"bad settings in {path}: {error}") from None
+
+
+def load_settings(path: Path | None) -> MemorySettings:
+    """The memory settings: defaults, overridden by the [memory] table of a TOML file."""
+    return settings_table(path, "memory", MemorySettings)
+
+
+def load_live_settings(path: Path | None) -> LiveSettings:
+    """The process's settings: defaults, overridden by the [live] table of a TOML file."""
+    return settings_table(path, "live", LiveSettings)
 
 
 def open_store(data: Path, *, must_exist: bool = True) -> EventStore:
