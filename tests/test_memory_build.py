@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from msgspec.structs import replace
 
 from eva.cli.cmd_import import import_bytes
 from eva.core.address import Address, format_address, halves
@@ -15,7 +16,7 @@ from eva.core.events import LineWritten, MessageDeleted, MessagePosted, RowPubli
 from eva.core.keys import StreamId
 from eva.core.render import utf8_size
 from eva.core.settings import KIB, MINUTE_MS, MemorySettings
-from eva.core.summarize import OfflineSummarizer, Summary, Task
+from eva.core.summarize import LeafTask, OfflineSummarizer, Summary, Task
 from eva.demo.friends import DEMO_QUERY, friends_export
 from eva.memory.build import Memory
 from eva.memory.view import memory_text, recall, zoom
@@ -275,3 +276,31 @@ async def test_recall_finds_rare_words_and_forgets_deleted_messages(tmp_path: Pa
     assert deleted not in [m.index for window in again.windows for m in window]
     assert again.total == view.total - 1
     assert replay_stream(store, stream).ok
+
+
+class RecordingSummarizer(OfflineSummarizer):
+    """The offline summarizer, noting for each request whether it was urgent."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[bool, bool]] = []  # (urgent, holds a leaf)
+
+    async def summarize(self, tasks: Sequence[Task], urgent: bool = True) -> list[Summary]:
+        self.calls.append((urgent, any(isinstance(t, LeafTask) for t in tasks)))
+        return await super().summarize(tasks)
+
+
+async def test_leaves_are_urgent_and_merges_may_wait_for_batches(tmp_path: Path) -> None:
+    store, stream = fresh_stream(tmp_path, "urgency")
+    summarizer = RecordingSummarizer()
+    long_ones = chat(40, 60_000, size=600)  # too long to be leaves: leaf tasks
+    glued_by_model = chat(400, 60_000, size=300, start_ms=long_ones[-1].at_ms + 60_000)
+    posts = [
+        *long_ones,
+        *(replace(p, index=40 + i, message_id=50_000 + i) for i, p in enumerate(glued_by_model)),
+    ]
+    await Memory(store, stream, summarizer, SMALL).play(posts)
+    with_leaves = {urgent for urgent, leaf in summarizer.calls if leaf}
+    merges_only = {urgent for urgent, leaf in summarizer.calls if not leaf}
+    assert with_leaves == {True}
+    assert merges_only == {False}

@@ -283,6 +283,8 @@ async def summarize_round(
 ) -> tuple[list[Task], list[LineWritten]]:
     """Ask for up to `model_calls_in_flight` batches at once (unless `urgent`, maybe slower).
 
+    A batch holding a leaf is always urgent: the next publish needs the leaves,
+    while merges can wait for the cheaper, slower Message Batches API.
     Returns the tasks to ask again and the lines made (staged, for the caller to append).
     """
     per_request = run.settings.tasks_per_request
@@ -293,7 +295,8 @@ async def summarize_round(
         run.stats.model_requests += 1
         run.stats.model_input_bytes += sum(_task_bytes(t) for t in batch)
         try:
-            answers[position] = await summarize_tasks(summarizer, batch, urgent)
+            now = urgent or any(isinstance(task, LeafTask) for task in batch)
+            answers[position] = await summarize_tasks(summarizer, batch, now)
         except Exception as error:  # a failing model must not lose the run's other work
             log.warning("summarizer failed on %d tasks: %s", len(batch), error)
 
