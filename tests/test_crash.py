@@ -10,16 +10,13 @@
 # crash, not a power cut: the OS still writes out what the process handed it.
 from __future__ import annotations
 
-import os
 import random
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 from crash_child import STREAMS, expected_event
+from killing import kill_while_running
 
 from eva.core.keys import StreamId, parse_stream
 from eva.store import lmdb_kv
@@ -48,34 +45,8 @@ def parse_acks(output: bytes) -> list[dict[StreamId, int]]:
 
 def run_and_kill(data_dir: Path, seed: int, rng: random.Random) -> list[dict[StreamId, int]]:
     """Start a child, kill it at a random moment, and return what it acknowledged."""
-    paths = [str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH", "")]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
-    child = subprocess.Popen(
-        [sys.executable, str(CHILD), str(data_dir), str(seed)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=env,
-    )
-    assert child.stdout is not None
-    assert child.stderr is not None
-    try:
-        if rng.random() < 0.1:
-            # Now and then, kill it early: while it opens, grows or makes its first commit.
-            time.sleep(rng.uniform(0.0, 0.15))
-            first = b""
-        else:
-            first = child.stdout.readline()
-            assert first.startswith(b"ack "), (first, child.stderr.read() if child.poll() else b"")
-            time.sleep(rng.uniform(0.02, 0.2))
-        assert child.poll() is None, child.stderr.read().decode()
-    finally:
-        child.send_signal(signal.SIGKILL)
-        rest = child.stdout.read()
-        child.stdout.close()
-        child.stderr.close()
-        child.wait()
-    assert child.returncode == -signal.SIGKILL
-    return parse_acks(first + rest)
+    args = [str(CHILD), str(data_dir), str(seed)]
+    return parse_acks(kill_while_running(args, rng, early_s=0.15, after_ack_s=(0.02, 0.2)))
 
 
 def check_store(

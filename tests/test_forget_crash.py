@@ -17,7 +17,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -29,6 +28,7 @@ import msgspec
 import pytest
 import trio
 from forget_child import NOT_REACHED, STEPS
+from killing import child_env
 from test_forget import PEOPLE, SETTINGS, STREAMS, chat, marker, markers_in_files
 
 from eva.cli.main import main as eva_main
@@ -76,10 +76,8 @@ def prepared(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def run_child(data: Path, step: str, settings: Path) -> subprocess.CompletedProcess[bytes]:
-    paths = [str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH", "")]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
     command = [sys.executable, str(CHILD), str(data), step, str(FORGOTTEN), str(settings)]
-    return subprocess.run(command, capture_output=True, env=env, timeout=CHILD_TIMEOUT_S)
+    return subprocess.run(command, capture_output=True, env=child_env(), timeout=CHILD_TIMEOUT_S)
 
 
 def eva(*argv: str, data: Path) -> int:

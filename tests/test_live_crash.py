@@ -10,9 +10,7 @@
 # work; after it no merge is left ready.
 from __future__ import annotations
 
-import os
 import random
-import signal
 import subprocess
 import sys
 import time
@@ -20,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from killing import child_env, kill_while_running
 from live_child import STREAMS, expected_post, unfinished
 
 from eva.core.events import LineWritten, MessagePosted, RowPublished
@@ -50,11 +49,6 @@ class Seen:
     publishes: int = 0
 
 
-def child_env() -> dict[str, str]:
-    paths = [str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH", "")]
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
-
-
 def parse_acks(output: bytes) -> list[Ack]:
     """The acknowledgement lines the child finished writing, in order."""
     acks = []
@@ -67,32 +61,8 @@ def parse_acks(output: bytes) -> list[Ack]:
 
 def run_and_kill(data_dir: Path, seed: int, rng: random.Random) -> list[Ack]:
     """Start a child, kill it at a random moment, and return what it acknowledged."""
-    child = subprocess.Popen(
-        [sys.executable, str(CHILD), str(data_dir), str(seed)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=child_env(),
-    )
-    assert child.stdout is not None
-    assert child.stderr is not None
-    try:
-        if rng.random() < 0.1:
-            # Now and then, kill it early: while it opens the store or resumes work.
-            time.sleep(rng.uniform(0.0, 0.3))
-            first = b""
-        else:
-            first = child.stdout.readline()
-            assert first.startswith(b"ack "), (first, child.stderr.read() if child.poll() else b"")
-            time.sleep(rng.uniform(0.05, 0.6))
-        assert child.poll() is None, child.stderr.read().decode()
-    finally:
-        child.send_signal(signal.SIGKILL)
-        rest = child.stdout.read()
-        child.stdout.close()
-        child.stderr.close()
-        child.wait()
-    assert child.returncode == -signal.SIGKILL
-    return parse_acks(first + rest)
+    args = [str(CHILD), str(data_dir), str(seed)]
+    return parse_acks(kill_while_running(args, rng, early_s=0.3, after_ack_s=(0.05, 0.6)))
 
 
 def check_store(data_dir: Path, acked: dict[StreamId, dict[int, int]]) -> dict[StreamId, Seen]:
