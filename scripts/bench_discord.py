@@ -35,13 +35,12 @@ from typing import Any
 import trio
 
 from eva.cli.cmd_import import read_export
-from eva.cli.cmd_serve import post_of
 from eva.core.dce import export_events, parse_export
 from eva.core.events import MessagePosted
 from eva.core.keys import StreamId
 from eva.core.summarize import OfflineSummarizer
 from eva.discord.bot import EvaBot, run_bot
-from eva.live.inputs import Post
+from eva.live.inputs import Post, post_of
 from eva.testing.fake_anthropic import FakeMessagesAPI
 from eva.testing.fake_discord import FakeDiscord, User, snowflake_time_ms
 

@@ -41,14 +41,13 @@ from eva.core.keys import StreamId
 from eva.core.settings import LiveSettings, MemorySettings
 from eva.core.summarize import OfflineSummarizer
 from eva.core.timing import compression_due
-from eva.live.inputs import Describe, Post
+from eva.live.inputs import Describe, Post, post_of
 from eva.live.local_chat import (
     DEFAULT_CHANNEL,
     ChatLine,
     MessageIds,
     local_stream,
     parse_chat_line,
-    post_of,
     stable_id,
 )
 from eva.live.supervisor import Supervisor, open_supervisor, wall_clock_ms

@@ -22,7 +22,6 @@ from eva.core.events import (
     ChannelDescribed,
     MessageDeleted,
     MessageEdited,
-    MessagePosted,
     PublishReason,
     ToolCalled,
 )
@@ -45,6 +44,7 @@ from eva.live.inputs import (
     RecordReply,
     RecordTool,
     Zoom,
+    posted_event,
 )
 from eva.live.writer import Writer
 from eva.memory.compress import CompressStats, compress, run_cutoff
@@ -70,22 +70,6 @@ READ_INPUTS = (GetPrompt, Zoom, Recall, DateOf, RecordTool, RecordReply)
 
 POST_BATCH = 256
 """Most posts stored in one commit when they queue up for one channel."""
-
-
-def posted_event(post: Post, index: int) -> MessagePosted:
-    """The event that stores a post at `index`."""
-    return MessagePosted(
-        at_ms=post.at_ms,
-        index=index,
-        message_id=post.message_id,
-        author_id=post.author_id,
-        author_name=post.author_name,
-        bot=post.bot,
-        utc_offset_min=post.utc_offset_min,
-        content=post.content,
-        reply_to=post.reply_to,
-        attachments=post.attachments,
-    )
 
 
 def shown_post(post: Post, index: int) -> ShownMessage:

@@ -9,7 +9,7 @@ from typing import TypeAlias
 
 import msgspec
 
-from eva.core.events import ForgetBy, ReplyWritten
+from eva.core.events import ForgetBy, MessagePosted, ReplyWritten
 
 
 class Post(msgspec.Struct, frozen=True, kw_only=True):
@@ -24,6 +24,37 @@ class Post(msgspec.Struct, frozen=True, kw_only=True):
     utc_offset_min: int = 0
     reply_to: int | None = None
     attachments: tuple[str, ...] = ()
+
+
+def posted_event(post: Post, index: int) -> MessagePosted:
+    """The event that stores a post at channel index `index`."""
+    return MessagePosted(
+        at_ms=post.at_ms,
+        index=index,
+        message_id=post.message_id,
+        author_id=post.author_id,
+        author_name=post.author_name,
+        bot=post.bot,
+        utc_offset_min=post.utc_offset_min,
+        content=post.content,
+        reply_to=post.reply_to,
+        attachments=post.attachments,
+    )
+
+
+def post_of(event: MessagePosted) -> Post:
+    """The post that stored `event`: a stored or exported message fed in again."""
+    return Post(
+        message_id=event.message_id,
+        author_id=event.author_id,
+        author_name=event.author_name,
+        at_ms=event.at_ms,
+        content=event.content,
+        bot=event.bot,
+        utc_offset_min=event.utc_offset_min,
+        reply_to=event.reply_to,
+        attachments=event.attachments,
+    )
 
 
 class Edit(msgspec.Struct, frozen=True, kw_only=True):

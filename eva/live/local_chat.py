@@ -9,9 +9,7 @@ import hashlib
 import re
 from dataclasses import dataclass
 
-from eva.core.events import MessagePosted
 from eva.core.keys import StreamId
-from eva.live.inputs import Post
 
 LOCAL_GUILD = 0
 DEFAULT_CHANNEL = "#local"
@@ -61,18 +59,3 @@ class MessageIds:
     def next(self, now_ms: int) -> int:
         self.last = max(self.last + 1, max(0, now_ms - DISCORD_EPOCH_MS) << 22)
         return self.last
-
-
-def post_of(event: MessagePosted) -> Post:
-    """The input that posts an exported message again."""
-    return Post(
-        message_id=event.message_id,
-        author_id=event.author_id,
-        author_name=event.author_name,
-        at_ms=event.at_ms,
-        content=event.content,
-        bot=event.bot,
-        utc_offset_min=event.utc_offset_min,
-        reply_to=event.reply_to,
-        attachments=event.attachments,
-    )
