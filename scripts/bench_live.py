@@ -51,7 +51,7 @@ STEP_LIMIT_S = 120.0
 
 
 WINDOW = 64
-"""Messages of one channel in flight at once, as a gateway would deliver them."""
+"""Messages of one channel queued behind the one being stored, as a gateway would deliver them."""
 
 
 def p99_ms(samples: Sequence[float]) -> float:
@@ -85,18 +85,19 @@ def spread(posts: Sequence[Post], channels: int, first_channel: int) -> dict[Str
 
 
 async def ingest(
-    supervisor: Supervisor, by_channel: dict[StreamId, list[Post]]
+    supervisor: Supervisor, by_channel: dict[StreamId, list[Post]], window: int = WINDOW
 ) -> tuple[float, list[float]]:
     """Send every channel's messages concurrently; (seconds, each input-to-durable latency).
 
     Like the gateway feeds the bot: each channel's messages are submitted in
-    order without waiting for the one before to be stored (at most WINDOW in
-    flight per channel), and a second task per channel awaits the answers.
+    order without waiting for the one before to be stored (up to `window`
+    queued behind the one being awaited), and a second task per channel
+    awaits the answers.
     """
     latencies: list[float] = []
 
     async def sender(stream: StreamId, posts: list[Post]) -> None:
-        send, receive = trio.open_memory_channel[tuple[float, Any]](WINDOW)
+        send, receive = trio.open_memory_channel[tuple[float, Any]](window)
 
         async def settle() -> None:
             async with receive:
@@ -148,6 +149,7 @@ async def ingest_phase(
     channels: int,
     settings: MemorySettings,
     prompts: int,
+    window: int = WINDOW,
 ) -> dict[str, Any]:
     """Ingest into `channels` channels, let compression finish, time prompts, let them sleep."""
     store = EventStore(open_backend(data))
@@ -155,7 +157,7 @@ async def ingest_phase(
     live = LiveSettings(idle_seconds=IDLE_SECONDS)
     rng = random.Random(7)
     async with open_supervisor(store, OfflineSummarizer(), settings, live) as supervisor:
-        seconds, latencies = await ingest(supervisor, by_channel)
+        seconds, latencies = await ingest(supervisor, by_channel, window)
         ingested = supervisor.statistics()
         note(f"ingested in {seconds:.2f} s; waiting for compression")
         settle_started = time.perf_counter()

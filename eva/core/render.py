@@ -11,6 +11,7 @@ import re
 import unicodedata
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta, tzinfo
+from functools import lru_cache
 
 from eva.core.address import Address, format_address
 
@@ -37,8 +38,17 @@ def flatten_line_breaks(text: str) -> str:
 
 
 def local_date(at_ms: int, tz: tzinfo = UTC) -> str:
-    """The calendar date `YYYY-MM-DD` of a UTC millisecond time, seen in `tz`."""
-    return (_EPOCH + timedelta(milliseconds=at_ms)).astimezone(tz).date().isoformat()
+    """The calendar date `YYYY-MM-DD` of a UTC millisecond time, seen in `tz`.
+
+    Worked out once per minute and zone (zone offsets are whole minutes since
+    long before chat existed), since a row renders many lines of one day.
+    """
+    return _date_of_minute(at_ms // 60_000, tz)
+
+
+@lru_cache(maxsize=16384)
+def _date_of_minute(minute: int, tz: tzinfo) -> str:
+    return (_EPOCH + timedelta(minutes=minute)).astimezone(tz).date().isoformat()
 
 
 def date_span(first_ms: int, last_ms: int, tz: tzinfo = UTC) -> str:

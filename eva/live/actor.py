@@ -554,7 +554,7 @@ class ChannelActor:
         if reason is None:
             return
         tz = channel_zone(meta, self.shared.settings)
-        await publish(
+        published = await publish(
             self.shared.store,
             self.stream,
             self._append,
@@ -564,6 +564,8 @@ class ChannelActor:
             tz,
             self.sizes,
         )
+        if published is not None:  # render the new row now, not when a prompt asks for it
+            row_lines(self.shared.store, self.stream, tz, self.row_text)
 
     # -- helpers --------------------------------------------------------------
 

@@ -10,8 +10,9 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 
 import trio
 
@@ -31,7 +32,7 @@ from eva.core.summarize import (
 )
 from eva.core.timing import compression_cutoff
 from eva.core.tree import glue_or_task, leaf_work
-from eva.store.event_store import Appended, EventStore
+from eva.store.event_store import Appended, EventStore, StoredMessage
 
 log = logging.getLogger(__name__)
 
@@ -71,11 +72,37 @@ class Run:
     attempts: dict[Address, int] = field(default_factory=dict)
     given_up: set[Address] = field(default_factory=set)
     written: dict[Address, LineWritten] = field(default_factory=dict)
+    # What this run read of the store. Only this run writes the stream's lines
+    # while it lasts (forget stops it first), so neither goes out of date;
+    # a line it writes lands in `written`, which is asked first.
+    read: dict[Address, LineWritten] = field(default_factory=dict)
+    absent: set[Address] = field(default_factory=set)
 
     def line(self, address: Address) -> LineWritten | None:
         """A line by address: one this run wrote, else the store's."""
         found = self.written.get(address)
-        return found if found is not None else self.store.line(self.stream, *address)
+        if found is None:
+            found = self.read.get(address)
+        if found is None and address not in self.absent:
+            self.prefetch([address])
+            found = self.read.get(address)
+        return found
+
+    def _seen(self, address: Address) -> bool:
+        return address in self.written or address in self.read or address in self.absent
+
+    def prefetch(self, addresses: Iterable[Address]) -> None:
+        """Read the lines at `addresses` that this run has not seen yet, in one transaction."""
+        wanted = [address for address in dict.fromkeys(addresses) if not self._seen(address)]
+        if not wanted:
+            return
+        found = self.store.lines(self.stream, wanted)
+        for address in wanted:
+            line = found.get(address)
+            if line is None:
+                self.absent.add(address)
+            else:
+                self.read[address] = line
 
 
 def run_cutoff(store: EventStore, stream: StreamId, settings: MemorySettings) -> int:
@@ -152,6 +179,7 @@ def _parents_ready(run: Run, written: Sequence[LineWritten]) -> set[Address]:
     found: set[Address] = set()
     messages = run.store.meta(run.stream)
     total = 0 if messages is None else messages.messages
+    run.prefetch(sibling(line_address(line)) for line in written)
     for line in written:
         address = line_address(line)
         above = parent(address)
@@ -179,12 +207,14 @@ def _leaves(run: Run, upto: int) -> tuple[list[Task], list[LineWritten]]:
     meta = run.store.meta(run.stream)
     if meta is None:
         return [], []
+    stop = min(upto, meta.messages)
+    run.prefetch(Address(index, 1) for index in range(meta.leaf_frontier, stop))
     lines: list[LineWritten] = []
     tasks: list[Task] = []
-    for index in range(meta.leaf_frontier, min(upto, meta.messages)):
+    for index, message in run.store.messages(run.stream, meta.leaf_frontier, stop):
         if run.line(Address(index, 1)) is not None:
             continue
-        work = leaf_for(run, index)
+        work = leaf_of(run, index, message)
         if isinstance(work, LeafTask):
             tasks.append(work)
         else:
@@ -196,6 +226,11 @@ def leaf_for(run: Run, index: int) -> LineWritten | LeafTask:
     """The leaf of message `index`: verbatim if it fits (empty once erased), else a model task."""
     message = run.store.message(run.stream, index)
     assert message is not None
+    return leaf_of(run, index, message)
+
+
+def leaf_of(run: Run, index: int, message: StoredMessage) -> LineWritten | LeafTask:
+    """The leaf of `message`, stored at `index`."""
     posted = message.posted
     authors: tuple[int, ...] = ()
     if message.deleted:
@@ -230,6 +265,7 @@ def _glue(
     glued: list[LineWritten] = []
     while candidates:
         level: list[LineWritten] = []
+        run.prefetch(chain(candidates, *map(halves, candidates)))
         for address in sorted(candidates, key=lambda a: (a.size, a.start)):
             if address in queued or address in run.given_up or run.line(address) is not None:
                 continue

@@ -7,7 +7,7 @@
 # Reads never hold a transaction across an await: they return plain values.
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from eva.core import keys
@@ -176,6 +176,25 @@ class EventStore:
         """The line at address `start+size`, if written."""
         with self.backend.reading() as tables:
             return read_line(tables, stream, start, size)
+
+    def lines(
+        self, stream: StreamId, addresses: Iterable[tuple[int, int]]
+    ) -> dict[tuple[int, int], LineWritten]:
+        """The lines written at `addresses` (start, size), read in one transaction."""
+        found: dict[tuple[int, int], LineWritten] = {}
+        with self.backend.reading() as tables:
+            for start, size in addresses:
+                line = read_line(tables, stream, start, size)
+                if line is not None:
+                    found[start, size] = line
+        return found
+
+    def messages(
+        self, stream: StreamId, start: int, stop: int
+    ) -> list[tuple[int, StoredMessage]]:
+        """Messages start..stop-1 that were stored, erased ones too, in one transaction."""
+        with self.backend.reading() as tables:
+            return list(read_messages(tables, stream, start, stop, deleted=True))
 
     def ready(self, stream: StreamId) -> list[tuple[int, int]]:
         """Merges whose halves both exist and whose line is due, lowest level first."""

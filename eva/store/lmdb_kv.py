@@ -11,7 +11,6 @@ import os
 import shutil
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from itertools import islice
 from pathlib import Path
 from typing import Any, TypeVar
@@ -59,6 +58,25 @@ class LmdbTables:
             yield key, value
 
 
+class _Reading:
+    """A read transaction for a `with` block (a plain class: the cheapest way in and out)."""
+
+    __slots__ = ("_dbs", "_env", "_txn")
+
+    def __init__(self, env: Any, dbs: dict[Table, Any]) -> None:
+        self._env = env
+        self._dbs = dbs
+        self._txn: Any = None
+
+    def __enter__(self) -> LmdbTables:
+        self._txn = self._env.begin(buffers=False)
+        return LmdbTables(self._txn, self._dbs)
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._txn.abort()
+        self._txn = None
+
+
 class LmdbBackend:
     """One LMDB environment holding every table of a data directory."""
 
@@ -87,10 +105,8 @@ class LmdbBackend:
             table: self.env.open_db(table.encode()) for table in ALL_TABLES
         }
 
-    @contextmanager
-    def reading(self) -> Iterator[Tables]:
-        with self.env.begin(buffers=False) as txn:
-            yield LmdbTables(txn, self.dbs)
+    def reading(self) -> _Reading:
+        return _Reading(self.env, self.dbs)
 
     def write(self, work: Callable[[Tables], T]) -> T:
         with self._write_lock:
