@@ -13,6 +13,7 @@ The last line printed is one JSON object.
 
     python scripts/bench_live.py [--channels 200] [--compress-at-kib 4]
                                  [--sleeping-channels 10000] [--prompts 3000]
+                                 [--window 64]
 """
 
 from __future__ import annotations
@@ -245,6 +246,10 @@ def main() -> int:
     parser.add_argument("--compress-at-kib", type=int, default=4)
     parser.add_argument("--sleeping-channels", type=int, default=10_000)
     parser.add_argument("--prompts", type=int, default=3000)
+    parser.add_argument(
+        "--window", type=int, default=WINDOW,
+        help="messages of a channel queued behind the one being stored (default %(default)s)",
+    )
     args = parser.parse_args()
     if not args.export.exists():
         print(f"no sample at {args.export}; nothing to measure", file=sys.stderr)
@@ -264,10 +269,10 @@ def main() -> int:
         sleeping = trio.run(sleeping_phase, root / "sleeping", posts, args.sleeping_channels)
         print("sleeping channels:", json.dumps(sleeping), file=sys.stderr)
         plain = trio.run(ingest_phase, root / "default", posts, args.channels, default,
-                         args.prompts)
+                         args.prompts, args.window)
         print("default marks:", json.dumps(plain), file=sys.stderr)
         compressing = trio.run(ingest_phase, root / "small", posts, args.channels, small,
-                               args.prompts)
+                               args.prompts, args.window)
         print("small marks:", json.dumps(compressing), file=sys.stderr)
         rss_mb = round(memory_kb()["VmRSS"] / 1024, 1)
     worst = min(plain["ingest_msgs_per_s"], compressing["ingest_msgs_per_s"])
@@ -286,6 +291,7 @@ def main() -> int:
         "rss_per_channel_kb": sleeping["rss_per_channel_kb"],
         "anon_per_channel_kb": sleeping["anon_per_channel_kb"],
         "sleeping_channels": sleeping["sleeping_channels"],
+        "window": args.window,
         "settings": {
             "default_phase": {"compress_at_bytes": default.compress_at_bytes,
                               "quiet_ms": default.quiet_ms},

@@ -84,6 +84,22 @@ def test_sum_costs_splits_lines_and_replies_and_never_prices_an_unknown_model() 
     assert (report.offline_lines, report.offline_replies, report.free_lines) == (1, 1, 1)
 
 
+def test_the_part_of_a_line_sent_as_a_message_batch_costs_half() -> None:
+    def line(batch_usage: Usage | None) -> LineWritten:
+        return LineWritten(
+            at_ms=0, start=0, size=2, text="a line", first_ms=0, last_ms=0, how="model",
+            model="claude-haiku-5-5", usage=HAIKU_LINE, batch_usage=batch_usage,
+        )
+
+    prices = default_prices()
+    direct = sum_costs([line(None)], prices).usd
+    batched = sum_costs([line(HAIKU_LINE)], prices).usd
+    half_of_input = Usage(input_tokens=500)
+    mixed = sum_costs([line(half_of_input)], prices).usd
+    assert batched == pytest.approx(direct / 2)
+    assert mixed == pytest.approx(direct - cost_of(half_of_input, prices["claude-haiku-5-5"]) / 2)
+
+
 @pytest.fixture
 def data(tmp_path: Path) -> Path:
     directory = tmp_path / "data"

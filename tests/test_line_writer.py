@@ -165,6 +165,7 @@ async def test_one_request_carries_instructions_cache_mark_and_every_task() -> N
     assert "accented letters count 2, most emoji 4" in prompt
     assert [s.address for s in summaries] == [t.address for t in TASKS]
     assert [s.text for s in summaries] == [filled(a) for a in ("3+1", "8+4", "16+8")]
+    assert all(s.batch_usage is None for s in summaries), "the direct request is full price"
     assert all(s.model == "claude-haiku-5-5" and utf8_size(s.text) <= LIMIT for s in summaries)
     # The instructions are a cached prefix: written by the first request, read by the next.
     assert total_usage(summaries)[2] > 0 and total_usage(summaries)[3] == 0
@@ -345,6 +346,7 @@ async def test_passing_failures_are_retried(
             summaries = await writer.summarize(TASKS)
     assert len(fake.message_requests()) == 3
     assert [s.text for s in summaries] == [filled(a) for a in ("3+1", "8+4", "16+8")]
+    assert all(s.batch_usage is None for s in summaries), "the direct request is full price"
     assert f"model call for 3 line tasks failed ({kind}), retry 1 of 3 in" in caplog.text
     assert f"failed ({kind}), retry 2 of 3 in" in caplog.text
 
@@ -416,6 +418,8 @@ async def test_background_work_goes_through_message_batches_with_the_same_lines(
     assert request["params"]["system"][0]["cache_control"] == {"type": "ephemeral"}
     assert [s.text for s in batched] == [s.text for s in direct] == [s.text for s in through_limit]
     assert total_usage(batched) != (0, 0, 0, 0)
+    assert all(s.batch_usage == s.usage for s in batched), "all of it went as a batch"
+    assert all(s.batch_usage is None for s in direct)
 
 
 async def test_without_batches_or_when_urgent_requests_are_direct() -> None:
@@ -433,6 +437,7 @@ async def test_a_failing_batch_falls_back_to_a_direct_request() -> None:
             summaries = await writer.summarize(TASKS, urgent=False)
     assert [r.path for r in fake.requests] == ["/v1/messages/batches"] * 2 + ["/v1/messages"]
     assert [s.text for s in summaries] == [filled(a) for a in ("3+1", "8+4", "16+8")]
+    assert all(s.batch_usage is None for s in summaries), "the direct request is full price"
 
 
 async def test_summarizers_without_urgent_still_work_in_background_runs() -> None:

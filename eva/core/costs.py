@@ -67,7 +67,14 @@ class CostRow:
     usd: float | None = 0.0
     """None when the model has no price in the table."""
 
-    def add(self, usage: Usage | None, price: Price | None, cache_ttl: str) -> None:
+    def add(
+        self,
+        usage: Usage | None,
+        price: Price | None,
+        cache_ttl: str,
+        batch_usage: Usage | None = None,
+    ) -> None:
+        """Count one call; `batch_usage` is the part of `usage` sent as a message batch."""
         self.calls += 1
         if price is None:
             self.usd = None
@@ -77,8 +84,19 @@ class CostRow:
         self.output_tokens += usage.output_tokens
         self.cache_write_tokens += usage.cache_write_tokens
         self.cache_read_tokens += usage.cache_read_tokens
-        if price is not None and self.usd is not None:
+        if price is None or self.usd is None:
+            return
+        if batch_usage is None:
             self.usd += cost_of(usage, price, cache_ttl=cache_ttl)
+            return
+        direct = Usage(
+            input_tokens=usage.input_tokens - batch_usage.input_tokens,
+            output_tokens=usage.output_tokens - batch_usage.output_tokens,
+            cache_write_tokens=usage.cache_write_tokens - batch_usage.cache_write_tokens,
+            cache_read_tokens=usage.cache_read_tokens - batch_usage.cache_read_tokens,
+        )
+        self.usd += cost_of(direct, price, cache_ttl=cache_ttl)
+        self.usd += cost_of(batch_usage, price, batch=True, cache_ttl=cache_ttl)
 
 
 @dataclass(slots=True)
@@ -124,9 +142,9 @@ def sum_costs(
 ) -> CostReport:
     """What the lines made by a model and the replies among `events` cost at list prices.
 
-    Other events are skipped. Lines are priced as ordinary calls (no batch
-    discount: the log does not say which went through the Batches API);
-    replies' cache writes at the `cache_ttl` rate.
+    Other events are skipped. The part of a line's usage that went through
+    the Message Batches API is priced at its discount, the rest as ordinary
+    calls; replies' cache writes at the `cache_ttl` rate.
     """
     write_price(Price(input=0.0, output=0.0), cache_ttl)  # refuse a bad ttl even with no events
     report = CostReport()
@@ -138,7 +156,7 @@ def sum_costs(
                 report.offline_lines += 1
             else:
                 _row(report, event.model, "lines").add(
-                    event.usage, prices.get(event.model), cache_ttl
+                    event.usage, prices.get(event.model), cache_ttl, event.batch_usage
                 )
         elif isinstance(event, ReplyWritten):
             if event.model == OFFLINE_MODEL:

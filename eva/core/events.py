@@ -94,6 +94,8 @@ class LineWritten(Event, frozen=True, tag="line.written"):
     how: LineHow = "verbatim"
     model: str = ""
     usage: Usage | None = None
+    batch_usage: Usage | None = None
+    """The part of `usage` charged through the Message Batches API (at its discount)."""
 
 
 PublishReason: TypeAlias = Literal["quiet", "overflow", "build", "forget", "start"]

@@ -54,6 +54,8 @@ class Summary(msgspec.Struct, frozen=True, kw_only=True):
     text: str
     model: str
     usage: Usage | None = None
+    batch_usage: Usage | None = None
+    """The part of `usage` charged through the Message Batches API, if any."""
 
 
 class Summarizer(Protocol):

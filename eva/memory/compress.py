@@ -311,6 +311,7 @@ def merged_line(
         how="glue" if how == "glue" else "model",
         model=summary.model if summary is not None else "",
         usage=summary.usage if summary is not None else None,
+        batch_usage=summary.batch_usage if summary is not None else None,
     )
 
 
@@ -394,6 +395,7 @@ def _model_line(run: Run, task: Task, text: str, summary: Summary) -> LineWritte
             how="model",
             model=summary.model,
             usage=summary.usage,
+            batch_usage=summary.batch_usage,
         )
     left, right = halves_of(run, task.address)
     run.stats.merges_model += 1

@@ -187,8 +187,17 @@ class _Ledger:
     """Token counts charged to each task during one `summarize` call."""
 
     counts: dict[Address, list[int]] = field(default_factory=dict)
+    batch_counts: dict[Address, list[int]] = field(default_factory=dict)
+    """The part of `counts` charged through the Message Batches API."""
 
-    def charge(self, message: Message, tasks: Sequence[Task], lengths: Sequence[int]) -> None:
+    def charge(
+        self,
+        message: Message,
+        tasks: Sequence[Task],
+        lengths: Sequence[int],
+        *,
+        batched: bool = False,
+    ) -> None:
         usage = message.usage
         even = [
             usage.input_tokens,
@@ -197,21 +206,30 @@ class _Ledger:
         ]
         inputs, writes, reads = (split_evenly(total, len(tasks)) for total in even)
         outputs = split_by_weight(usage.output_tokens, lengths)
+        ledgers = [self.counts, self.batch_counts] if batched else [self.counts]
         for index, task in enumerate(tasks):
-            counts = self.counts.setdefault(task.address, [0, 0, 0, 0])
-            counts[0] += inputs[index]
-            counts[1] += outputs[index]
-            counts[2] += writes[index]
-            counts[3] += reads[index]
+            for ledger in ledgers:
+                counts = ledger.setdefault(task.address, [0, 0, 0, 0])
+                counts[0] += inputs[index]
+                counts[1] += outputs[index]
+                counts[2] += writes[index]
+                counts[3] += reads[index]
 
     def usage(self, address: Address) -> Usage:
-        counts = self.counts.get(address, [0, 0, 0, 0])
-        return Usage(
-            input_tokens=counts[0],
-            output_tokens=counts[1],
-            cache_write_tokens=counts[2],
-            cache_read_tokens=counts[3],
-        )
+        return _usage(self.counts.get(address, [0, 0, 0, 0]))
+
+    def batch_usage(self, address: Address) -> Usage | None:
+        counts = self.batch_counts.get(address)
+        return None if counts is None else _usage(counts)
+
+
+def _usage(counts: list[int]) -> Usage:
+    return Usage(
+        input_tokens=counts[0],
+        output_tokens=counts[1],
+        cache_write_tokens=counts[2],
+        cache_read_tokens=counts[3],
+    )
 
 
 @dataclass(slots=True)
@@ -279,6 +297,7 @@ class ClaudeLineWriter:
                 text=lines[task.address],
                 model=model or self.settings.line_model,
                 usage=ledger.usage(task.address),
+                batch_usage=ledger.batch_usage(task.address),
             )
             for task in tasks
             if task.address in lines
@@ -290,7 +309,10 @@ class ClaudeLineWriter:
         conversation: list[MessageParam] = [
             {"role": "user", "content": request_text(tasks, self.limit)}
         ]
-        message = await (self._ask_batch if via_batch else self._ask)(conversation, tasks)
+        if via_batch:
+            message, batched = await self._ask_batch(conversation, tasks)
+        else:
+            message, batched = await self._ask(conversation, tasks), False
         answers = parse_lines(reply_text(message))
         outcome = _Outcome(model=message.model)
         shortest: dict[Address, str] = {}
@@ -301,7 +323,8 @@ class ClaudeLineWriter:
                 usable[task.address] = said[0]
             else:
                 outcome.missing.append(task)
-        ledger.charge(message, tasks, [utf8_size(usable.get(t.address, "")) for t in tasks])
+        lengths = [utf8_size(usable.get(t.address, "")) for t in tasks]
+        ledger.charge(message, tasks, lengths, batched=batched)
         for address, text in usable.items():
             if utf8_size(text) <= self.limit:
                 outcome.lines[address] = text
@@ -397,16 +420,19 @@ class ClaudeLineWriter:
             create, self.settings, self._what(tasks), backoff_first_s=self.backoff_first_s
         )
 
-    async def _ask_batch(self, conversation: list[MessageParam], tasks: Sequence[Task]) -> Message:
-        """The answer through the Message Batches API; a direct request if the batch fails."""
+    async def _ask_batch(
+        self, conversation: list[MessageParam], tasks: Sequence[Task]
+    ) -> tuple[Message, bool]:
+        """The answer through the Message Batches API (and True); if the batch fails,
+        through a direct request (and False)."""
         try:
-            return await self._batch_answer(conversation, tasks)
+            return await self._batch_answer(conversation, tasks), True
         except SpendLimitReached:
             raise
         except Exception as error:  # any other batch trouble: the direct path still works
             log.warning("message batch for %s failed (%s); asking directly",
                         self._what(tasks), error)
-            return await self._ask(conversation, tasks)
+            return await self._ask(conversation, tasks), False
 
     async def _batch_answer(
         self, conversation: list[MessageParam], tasks: Sequence[Task]
