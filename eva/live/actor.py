@@ -457,7 +457,7 @@ class ChannelActor:
         store, settings = self.shared.store, self.shared.settings
         meta = self._meta()
         tz = channel_zone(meta, settings)
-        lines = row_lines(store, self.stream, tz, self.row_text)
+        lines = row_lines(store, self.stream, tz, self.row_text, self.sizes)
         frontier = meta.row_frontier if meta is not None else 0
         if self.tail.start != frontier:
             self.tail = _Tail(frontier, tail_lines(tail_messages(store, self.stream), tz))
@@ -492,6 +492,8 @@ class ChannelActor:
                         shared.settings,
                         shared.wall_ms(),
                     )
+                    self.sizes.clear()  # lines were made again: render them anew
+                    self.row_text = RowText()
                 meta = self._meta()
                 upto = run_cutoff(shared.store, self.stream, shared.settings)
                 if meta is not None and not compression_due(meta, shared.settings):
@@ -564,8 +566,8 @@ class ChannelActor:
             tz,
             self.sizes,
         )
-        if published is not None:  # render the new row now, not when a prompt asks for it
-            row_lines(self.shared.store, self.stream, tz, self.row_text)
+        if published is not None:
+            self.row_text = RowText()  # the prompt reads the new row from what publish rendered
 
     # -- helpers --------------------------------------------------------------
 

@@ -121,7 +121,7 @@ async def erase_in_stream(
     remade = store.meta(stream)
     if remade is not None and remade.row_seq >= 0:
         sizes = sizes if sizes is not None else LineSizes()
-        sizes.sizes.clear()
+        sizes.clear()
         tz = channel_zone(remade, settings)
         await publish(store, stream, append, settings, now_ms, "forget", tz, sizes)
     return result

@@ -5,6 +5,7 @@
 # row only grows at its end, which keeps the provider's prompt cache warm.
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import tzinfo
 
@@ -20,27 +21,53 @@ from eva.store.event_store import EventStore
 
 @dataclass(slots=True)
 class LineSizes:
-    """Rendered bytes of row lines, remembered across publishes (lines are written once).
+    """Row lines as rendered, and their bytes, remembered across publishes.
 
-    `forget` drops addresses whose lines were made again.
+    A line is written once, so its rendering holds until forget or an edit
+    makes it again: then `clear` (or `forget` for the addresses made again).
+    Publishing measures lines through it and the prompt reads the row from
+    it, so a line is rendered once however often the row is published.
     """
 
     sizes: dict[Address, int] = field(default_factory=dict)
+    texts: dict[Address, str] = field(default_factory=dict)
+    zone: tzinfo | None = None
 
-    def measure(self, store: EventStore, stream: StreamId, address: Address, tz: tzinfo) -> int:
-        size = self.sizes.get(address)
-        if size is None:
+    def render(self, store: EventStore, stream: StreamId, address: Address, tz: tzinfo) -> str:
+        """The row entry of the line at `address`, rendered in `tz`."""
+        if tz != self.zone:
+            self.clear()
+            self.zone = tz
+        text = self.texts.get(address)
+        if text is None:
             line = store.line(stream, *address)
             if line is None:
                 raise LookupError(f"{stream}: row line {address} is missing")
             text = render_line(address, line.text, line.first_ms, line.last_ms, tz)
-            size = len(text.encode())
-            self.sizes[address] = size
+            self.texts[address] = text
+            self.sizes[address] = len(text.encode())
+        return text
+
+    def measure(self, store: EventStore, stream: StreamId, address: Address, tz: tzinfo) -> int:
+        size = self.sizes.get(address)
+        if size is None or tz != self.zone:
+            self.render(store, stream, address, tz)
+            size = self.sizes[address]
         return size
+
+    def keep(self, addresses: Sequence[Address]) -> None:
+        """Drop every line but those at `addresses` (a line merged out never comes back)."""
+        self.texts = {a: self.texts[a] for a in addresses if a in self.texts}
+        self.sizes = {a: self.sizes[a] for a in addresses if a in self.sizes}
 
     def forget(self, addresses: set[Address]) -> None:
         for address in addresses:
             self.sizes.pop(address, None)
+            self.texts.pop(address, None)
+
+    def clear(self) -> None:
+        self.sizes.clear()
+        self.texts.clear()
 
 
 async def publish(
@@ -68,6 +95,7 @@ async def publish(
         return address in sizes.sizes or store.line(stream, *address) is not None
 
     result = sawtooth(row, line_bytes, has_line, settings.row_high_bytes, settings.row_low_bytes)
+    sizes.keep(result.row)
     event = RowPublished(
         at_ms=now_ms,
         entries=tuple((a.start, a.size) for a in result.row),

@@ -12,12 +12,13 @@ import msgspec
 
 from eva.core.address import Address, format_address, halves, parse_address
 from eva.core.block import ShownMessage, memory_block, message_line, render_tail
-from eva.core.keys import StreamId, line_key
+from eva.core.keys import StreamId
 from eva.core.recall import RecallView, recall_view
 from eva.core.recall_index import search
 from eva.core.render import cut_to_bytes, render_line
 from eva.core.settings import MemorySettings
-from eva.core.state import StreamMeta, decode_line_slot
+from eva.core.state import StreamMeta
+from eva.memory.publish import LineSizes
 from eva.store.event_store import (
     EventStore,
     StoredMessage,
@@ -56,50 +57,43 @@ def shown(index: int, message: StoredMessage) -> ShownMessage:
 
 @dataclass(slots=True)
 class RowText:
-    """The rendered row of the last publish, kept until the next one (`row_seq` changes).
-
-    Each rendered line is kept with the sequence number of the event that
-    wrote it, so the next row renders only its new lines: a line made again
-    (by forget or an edit) has a new event and is rendered anew.
-    """
+    """The rendered row of the last publish, kept until the next one (`row_seq` changes)."""
 
     row_seq: int = -2
     lines: list[str] = field(default_factory=list)
-    zone: tzinfo | None = None
-    rendered: dict[Address, tuple[int, str]] = field(default_factory=dict)
 
 
-def row_lines(store: EventStore, stream: StreamId, tz: tzinfo, cache: RowText) -> list[str]:
-    """The rendered lines of the published row, oldest first."""
+def row_lines(
+    store: EventStore,
+    stream: StreamId,
+    tz: tzinfo,
+    cache: RowText,
+    rendered: LineSizes | None = None,
+) -> list[str]:
+    """The rendered lines of the published row, oldest first.
+
+    With `rendered` (what publishing measured), only lines it lacks are read.
+    """
     meta = store.meta(stream)
     if meta is None or meta.row_seq < 0:
         return []
-    if cache.row_seq == meta.row_seq and cache.zone == tz:
+    if cache.row_seq == meta.row_seq and (rendered is None or rendered.zone == tz):
         return cache.lines
     row = store.published_row(stream)
     assert row is not None
-    known = cache.rendered if cache.zone == tz else {}
-    rendered: dict[Address, tuple[int, str]] = {}
-    with store.backend.reading() as tables:
-        for start, size in row.entries:
-            address = Address(start, size)
-            slot = tables.get("lines", line_key(stream, start, size))
-            if slot is None:
-                raise LookupError(f"{stream}: row line {start}+{size} is missing")
-            seq = decode_line_slot(slot).seq
-            old = known.get(address)
-            if old is not None and old[0] == seq:
-                rendered[address] = old
-                continue
-            line = read_line(tables, stream, start, size)
-            assert line is not None
-            rendered[address] = (
-                seq,
-                render_line(address, line.text, line.first_ms, line.last_ms, tz),
-            )
-    cache.row_seq, cache.zone, cache.rendered = meta.row_seq, tz, rendered
-    cache.lines = [text for _, text in rendered.values()]
-    return cache.lines
+    if rendered is not None:
+        lines = [rendered.render(store, stream, Address(*entry), tz) for entry in row.entries]
+    else:
+        lines = []
+        with store.backend.reading() as tables:
+            for start, size in row.entries:
+                line = read_line(tables, stream, start, size)
+                if line is None:
+                    raise LookupError(f"{stream}: row line {start}+{size} is missing")
+                address = Address(start, size)
+                lines.append(render_line(address, line.text, line.first_ms, line.last_ms, tz))
+    cache.row_seq, cache.lines = meta.row_seq, lines
+    return lines
 
 
 def tail_messages(store: EventStore, stream: StreamId) -> list[ShownMessage]:
