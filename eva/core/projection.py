@@ -258,8 +258,9 @@ class Projector:
                 raise Rejected(f"{stream}: line {start}+{size} is written before its halves")
         tables.put("lines", keys.line_key(stream, start, size), encode_record(LineSlot(seq)))
         meta.lines += 1
-        self._restale(stream, meta, start, size)
-        if tables.get("ready", keys.ready_key(stream, start, size)) is not None:
+        if meta.stale:  # with no stale line in the stream, none can be stale now
+            self._restale(stream, meta, start, size)
+        if meta.ready and tables.get("ready", keys.ready_key(stream, start, size)) is not None:
             tables.delete("ready", keys.ready_key(stream, start, size))
             meta.ready -= 1
         parent_size = size * 2
