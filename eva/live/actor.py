@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, assert_never
@@ -459,7 +460,10 @@ class ChannelActor:
         tz = channel_zone(meta, settings)
         lines = row_lines(store, self.stream, tz, self.row_text, self.sizes)
         frontier = meta.row_frontier if meta is not None else 0
-        if self.tail.start != frontier:
+        if 0 <= self.tail.start < frontier:  # a publish took the oldest lines into the row
+            first = bisect_left(self.tail.lines, frontier, key=lambda line: line[0])
+            self.tail = _Tail(frontier, self.tail.lines[first:])
+        elif self.tail.start != frontier:
             self.tail = _Tail(frontier, tail_lines(tail_messages(store, self.stream), tz))
         return memory_block(lines, cap_tail(self.tail.lines, settings.prompt_tail_max_bytes))
 
