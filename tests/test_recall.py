@@ -12,7 +12,14 @@ from eva.core.block import ShownMessage
 from eva.core.keys import StreamId, stream_prefix
 from eva.core.memtables import MemoryTables
 from eva.core.recall import recall_text, recall_view
-from eva.core.recall_index import BUCKET_SIZE, PostingBuffer, SearchResult, search, terms
+from eva.core.recall_index import (
+    BUCKET_SIZE,
+    PostingBuffer,
+    SearchResult,
+    StreamTexts,
+    search,
+    terms,
+)
 from eva.core.render import utf8_size
 
 STREAM = StreamId(7, 9)
@@ -208,6 +215,28 @@ def test_batches_and_order_do_not_change_the_bytes() -> None:
             buffer.add(STREAM, index, text)
         buffer.flush(tables)
     assert postings(tables) == postings(at_once)
+
+
+def test_a_buffer_sent_as_its_changes_writes_the_same_bytes() -> None:
+    tables = index_all({0: "alpha beta", 1: "kept", BUCKET_SIZE: "beta gamma"})
+    twin = MemoryTables()
+    twin.data = {table: dict(rows) for table, rows in tables.data.items()}
+    buffer = PostingBuffer()
+    buffer.remove(STREAM, 0, "alpha beta")
+    buffer.add(STREAM, 0, "beta beta")
+    buffer.add(STREAM, 2, "fresh words")
+    buffer.remove(STREAM, BUCKET_SIZE, "beta gamma")
+    buffer.add(OTHER, 1, "other stream")
+    sent = msgspec.msgpack.encode(buffer.changes())
+    received = PostingBuffer.of_changes(msgspec.msgpack.decode(sent, type=list[StreamTexts]))
+    buffer.flush(tables)
+    received.flush(twin)
+    assert postings(twin) == postings(tables)
+    expected = index_all({0: "beta beta", 1: "kept", 2: "fresh words"})
+    both = PostingBuffer()
+    both.add(OTHER, 1, "other stream")
+    both.flush(expected)
+    assert postings(tables) == postings(expected)
 
 
 def test_streams_do_not_mix() -> None:
