@@ -5,7 +5,7 @@
 # fine for the sizes these tables hold while a replay or test runs.
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 
 from eva.core.keys import ALL_TABLES, Table
 
@@ -33,9 +33,20 @@ class MemoryTables:
         for key in sorted(k for k in rows if start <= k < stop):
             yield key, rows[key]
 
-    def rows(self, table: Table) -> list[tuple[bytes, bytes]]:
-        """Every entry of a table, in key order."""
+    def rows(
+        self, table: Table, known_order: Sequence[bytes] = ()
+    ) -> list[tuple[bytes, bytes]]:
+        """Every entry of a table, in key order.
+
+        `known_order`, keys in key order (another copy's, say), spares the
+        sort when they are exactly this table's keys.
+        """
         rows = self.data[table]
+        if len(known_order) == len(rows):
+            try:
+                return list(zip(known_order, map(rows.__getitem__, known_order), strict=True))
+            except KeyError:  # other keys: sort them
+                pass
         ordered = sorted(rows)  # the keys alone: sorting (key, value) pairs costs triple
         return list(zip(ordered, map(rows.__getitem__, ordered), strict=True))
 

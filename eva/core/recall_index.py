@@ -174,9 +174,27 @@ def _records_by_offset(data: bytes) -> dict[int, bytes]:
     }
 
 
+class PreparedBucket(msgspec.Struct, array_like=True):
+    """One bucket's changes, ready to write: what `PostingBuffer.prepare` makes of texts."""
+
+    number: int
+    added: dict[bytes, bytes]  # term -> the added messages' records, in offset order
+    removed: dict[bytes, list[int]]  # term -> offsets of removed messages that held it
+    docs: int  # change in indexed messages
+    length: int  # change in summed document length
+
+
+class PreparedStream(msgspec.Struct, array_like=True):
+    """A buffer's changes to one stream, ready to write, bucket by bucket."""
+
+    guild_id: int
+    channel_id: int
+    buckets: list[PreparedBucket]
+
+
 @dataclass(slots=True)
 class _BucketChanges:
-    """What one buffer changes in one bucket of one stream."""
+    """What one buffer changes in one bucket of one stream, while it is gathered."""
 
     # term -> the records of the messages added, in offset order
     added: dict[bytes, list[bytes]] = field(default_factory=dict)
@@ -195,7 +213,7 @@ class _StreamChanges:
         self.added: dict[int, str] = {}  # index -> text indexed once the buffer is written
         self.removed: dict[int, str] = {}  # index -> text indexed before, to be taken out
 
-    def by_bucket(self) -> dict[int, _BucketChanges]:
+    def prepare(self) -> list[PreparedBucket]:
         """The changes gathered per bucket; an index both removed and added is an edit."""
         buckets: defaultdict[int, _BucketChanges] = defaultdict(_BucketChanges)
         for index, text in self.removed.items():
@@ -208,7 +226,16 @@ class _StreamChanges:
                 bucket.docs -= 1
                 bucket.length -= min(len(words), _MAX_LENGTH)
         _gather_added(buckets, sorted(self.added.items()))
-        return buckets
+        return [
+            PreparedBucket(
+                number,
+                dict(zip(bucket.added, map(b"".join, bucket.added.values()), strict=True)),
+                {term: sorted(offsets) for term, offsets in bucket.removed.items()},
+                bucket.docs,
+                bucket.length,
+            )
+            for number, bucket in buckets.items()
+        ]
 
 
 def _gather_added(
@@ -308,36 +335,46 @@ class PostingBuffer:
             changes.removed.update(texts.removed)
         return buffer
 
+    def prepare(self) -> list[PreparedStream]:
+        """The buffer's changes made ready to write: the costly part of `flush`, and pure."""
+        return [
+            PreparedStream(stream.guild_id, stream.channel_id, changes.prepare())
+            for stream, changes in self._streams.items()
+        ]
+
     def flush(self, tables: Tables) -> None:
         """Write every collected change into `tables`."""
-        for stream, changes in self._streams.items():
-            prefix = stream_prefix(stream)
-            totals = _Totals.read(tables, prefix)
-            buckets = changes.by_bucket()
-            for number, bucket in buckets.items():
-                if totals.indexed(number):
-                    _write_bucket(tables, prefix, number, bucket)
-                else:
-                    _write_new_bucket(tables, prefix, number, bucket)
-                totals.change(number, bucket)
-            totals.write(tables, prefix)
+        write_prepared(tables, self.prepare())
 
 
-def _write_new_bucket(tables: Tables, prefix: bytes, number: int, bucket: _BucketChanges) -> None:
+def write_prepared(tables: Tables, streams: Iterable[PreparedStream]) -> None:
+    """Write changes that `PostingBuffer.prepare` made, as its `flush` would."""
+    for prepared in streams:
+        prefix = stream_prefix(StreamId(prepared.guild_id, prepared.channel_id))
+        totals = _Totals.read(tables, prefix)
+        for bucket in prepared.buckets:
+            if totals.indexed(bucket.number):
+                _write_bucket(tables, prefix, bucket)
+            else:
+                _write_new_bucket(tables, prefix, bucket)
+            totals.change(bucket)
+        totals.write(tables, prefix)
+
+
+def _write_new_bucket(tables: Tables, prefix: bytes, bucket: PreparedBucket) -> None:
     """Write a bucket that has no indexed message yet, so none of its keys exists."""
-    suffix = _TERM_END + _U32.pack(number)
+    suffix = _TERM_END + _U32.pack(bucket.number)
     keys = [prefix + term + suffix for term in bucket.added]
-    tables.put_many(POSTINGS, zip(keys, map(b"".join, bucket.added.values()), strict=True))
+    tables.put_many(POSTINGS, zip(keys, bucket.added.values(), strict=True))
 
 
-def _write_bucket(tables: Tables, prefix: bytes, number: int, bucket: _BucketChanges) -> None:
+def _write_bucket(tables: Tables, prefix: bytes, bucket: PreparedBucket) -> None:
     """Apply one bucket's changes, reading and writing each of its keys once."""
-    suffix = _TERM_END + _U32.pack(number)
+    suffix = _TERM_END + _U32.pack(bucket.number)
     get, put = tables.get, tables.put
     removed = bucket.removed
-    for term, records in bucket.added.items():
+    for term, added in bucket.added.items():
         key = prefix + term + suffix
-        added = b"".join(records)
         old = get(POSTINGS, key)
         if old is None:
             put(POSTINGS, key, added)
@@ -346,7 +383,7 @@ def _write_bucket(tables: Tables, prefix: bytes, number: int, bucket: _BucketCha
             # grow at the end, with the same bytes a full re-encoding gives.
             put(POSTINGS, key, old + added)
         else:
-            _merge_postings(tables, key, old, added, removed.get(term, set()))
+            _merge_postings(tables, key, old, added, removed.get(term, []))
     for term, offsets in removed.items():
         if term not in bucket.added:
             key = prefix + term + suffix
@@ -356,7 +393,7 @@ def _write_bucket(tables: Tables, prefix: bytes, number: int, bucket: _BucketCha
 
 
 def _merge_postings(
-    tables: Tables, key: bytes, old: bytes, added: bytes, removed: set[int]
+    tables: Tables, key: bytes, old: bytes, added: bytes, removed: Iterable[int]
 ) -> None:
     """Write the records of `old` but `removed` with `added` over them (or delete the key)."""
     records = _records_by_offset(old)
@@ -389,11 +426,11 @@ class _Totals:
         """How many messages of a bucket are indexed."""
         return self.per_bucket[number] if number < len(self.per_bucket) else 0
 
-    def change(self, number: int, bucket: _BucketChanges) -> None:
+    def change(self, bucket: PreparedBucket) -> None:
         per_bucket = self.per_bucket
-        if number >= len(per_bucket):
-            per_bucket.extend([0] * (number + 1 - len(per_bucket)))
-        per_bucket[number] += bucket.docs
+        if bucket.number >= len(per_bucket):
+            per_bucket.extend([0] * (bucket.number + 1 - len(per_bucket)))
+        per_bucket[bucket.number] += bucket.docs
         self.length += bucket.length
 
     def write(self, tables: Tables, prefix: bytes) -> None:

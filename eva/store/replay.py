@@ -71,15 +71,15 @@ def _replay(
             progress,
             None if worker is None else worker.write,
         )
-        live: TableDigests = {
-            table: table_digest(list(tables.scan(table, prefix, end)))
-            for table in PROJECTION_TABLES
-        }
+        live_rows = {table: list(tables.scan(table, prefix, end)) for table in PROJECTION_TABLES}
+    if worker is not None:
+        _share_postings(worker, live_rows[POSTINGS])
+    live: TableDigests = {table: table_digest(rows) for table, rows in live_rows.items()}
     rebuilt: TableDigests = {
         table: table_digest(rebuilt_tables.rows(table)) for table in PROJECTION_TABLES
     }
     if worker is not None:
-        rebuilt[POSTINGS] = worker.finish(stream)
+        rebuilt[POSTINGS] = worker.compare() or live[POSTINGS]
     rebuilt_meta = read_meta(rebuilt_tables, stream)
     return ReplayResult(
         stream=stream,
@@ -88,3 +88,12 @@ def _replay(
         rebuilt_digest=combined_digest(rebuilt),
         differing=tuple(differing_tables(live, rebuilt)),
     )
+
+
+def _share_postings(worker: IndexWorker, live: list[tuple[bytes, bytes]]) -> None:
+    """Send the worker the live postings, and prepare here about half of the buffers
+    it has not started yet, so that it finishes about when this process does."""
+    taken = worker.take_back()
+    worker.send_live(live)
+    for postings in taken:
+        worker.write_prepared(postings.prepare())
