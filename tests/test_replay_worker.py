@@ -1,4 +1,4 @@
-# Replay of a long stream, whose recall index is rebuilt by a forked worker.
+# Replay of a long stream, whose recall index is rebuilt by a worker process.
 #
 # The worker must give the same verdict and digests as rebuilding everything
 # in one process, catch a changed or missing postings entry, and never be left
@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import random
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -115,24 +116,21 @@ def test_other_tables_are_still_checked_here(store: EventStore) -> None:
     assert replay(store, worker=True).differing == ("messages",)
 
 
-def test_no_worker_while_other_threads_run(
+def test_a_short_stream_needs_no_worker(
     store: EventStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def no_fork() -> int:
-        raise AssertionError("forked while another thread ran")
+    def no_process(*_: object, **__: object) -> None:
+        raise AssertionError("started a worker")
 
-    monkeypatch.setattr(index_worker.threading, "active_count", lambda: 2)
-    monkeypatch.setattr(os, "fork", no_fork)
-    assert replay(store, worker=True).ok
+    monkeypatch.setattr(index_worker.subprocess, "Popen", no_process)
+    assert replay_stream(store, OTHER).ok
 
 
 def test_a_failing_worker_is_an_error_and_is_reaped(
     store: EventStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def broken(*_: object) -> None:
-        raise RuntimeError("the worker breaks")  # in the forked child only
-
-    monkeypatch.setattr(index_worker, "serve", broken)
+    gone = [sys.executable, "-c", "import sys; sys.exit(3)"]
+    monkeypatch.setattr(index_worker, "WORKER_COMMAND", gone)
     with pytest.raises(index_worker.IndexWorkerError):
         replay(store, worker=True)
     with pytest.raises(ChildProcessError):

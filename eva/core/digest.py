@@ -17,8 +17,18 @@ TableDigests = dict[Table, bytes]
 
 
 def table_digest(rows: Sequence[tuple[bytes, bytes]]) -> bytes:
-    """A SHA-256 over one table's keys and values, in key order (as one msgpack array)."""
-    return hashlib.sha256(msgspec.msgpack.encode(rows)).digest()
+    """A SHA-256 over one table's keys and values, in key order (`encoded_rows`)."""
+    return encoded_digest(encoded_rows(rows))
+
+
+def encoded_rows(rows: Sequence[tuple[bytes, bytes]]) -> bytes:
+    """Rows as one msgpack array of [key, value] pairs: what `table_digest` hashes."""
+    return msgspec.msgpack.encode(rows)
+
+
+def encoded_digest(encoded: bytes) -> bytes:
+    """The `table_digest` of rows that `encoded_rows` encoded."""
+    return hashlib.sha256(encoded).digest()
 
 
 def combined_digest(digests: TableDigests) -> str:

@@ -33,22 +33,16 @@ class MemoryTables:
         for key in sorted(k for k in rows if start <= k < stop):
             yield key, rows[key]
 
-    def rows(
-        self, table: Table, known_order: Sequence[bytes] = ()
-    ) -> list[tuple[bytes, bytes]]:
-        """Every entry of a table, in key order.
-
-        `known_order`, keys in key order (another copy's, say), spares the
-        sort when they are exactly this table's keys.
-        """
+    def rows(self, table: Table) -> list[tuple[bytes, bytes]]:
+        """Every entry of a table, in key order."""
         rows = self.data[table]
-        if len(known_order) == len(rows):
-            try:
-                return list(zip(known_order, map(rows.__getitem__, known_order), strict=True))
-            except KeyError:  # other keys: sort them
-                pass
         ordered = sorted(rows)  # the keys alone: sorting (key, value) pairs costs triple
         return list(zip(ordered, map(rows.__getitem__, ordered), strict=True))
+
+    def holds(self, table: Table, rows: Sequence[tuple[bytes, bytes]]) -> bool:
+        """Whether a table holds exactly `rows` (each key once), byte for byte."""
+        entries = self.data[table]
+        return len(entries) == len(rows) and all(entries.get(k) == v for k, v in rows)
 
     def copy(self) -> MemoryTables:
         twin = MemoryTables()

@@ -18,56 +18,48 @@ from eva.core.recall_index import PostingBuffer
 
 ProjectionRows = dict[Table, list[tuple[bytes, bytes]]]
 
-PROGRESS_STEP = 8192
 # Events applied between two hand-overs of the recall index's changes.
 POSTINGS_BATCH = 4096
 
 
 def rebuild(
     stream: StreamId,
-    stored_events: Iterable[tuple[int, bytes]],
+    stored_events: Iterable[tuple[bytes, bytes]],
     progress: Callable[[int], None] | None = None,
     write_postings: Callable[[PostingBuffer], None] | None = None,
 ) -> MemoryTables:
     """The projections of one stream, applied from its first event on.
 
-    The tables hold that stream's entries and nothing else. Given
-    `write_postings`, the recall index's changes go to it instead, one buffer
-    per `POSTINGS_BATCH` events, and the tables hold no postings.
+    `stored_events` are the stream's entries of the events table, (key,
+    stored bytes) in key order. The tables hold that stream's entries and
+    nothing else. Given `write_postings`, the recall index's changes go to it
+    instead, one buffer per `POSTINGS_BATCH` events, and the tables hold no
+    postings.
     """
     tables = MemoryTables()
-    if write_postings is None:
-        projector = Projector(tables)
-        _apply(tables, projector, stream, stored_events, progress)
-        projector.flush()
-        return tables
     events = iter(stored_events)
-    while batch := list(islice(events, POSTINGS_BATCH)):
-        postings = PostingBuffer()
+    batch_size = None if write_postings is None else POSTINGS_BATCH
+    while batch := list(islice(events, batch_size)):
+        postings = None if write_postings is None else PostingBuffer()
         projector = Projector(tables, postings)
-        _apply(tables, projector, stream, batch, progress)
+        _apply(tables, projector, stream, batch)
         projector.flush()
-        write_postings(postings)
+        if write_postings is not None and postings is not None:
+            write_postings(postings)
+        if progress is not None:
+            progress(len(batch))
     return tables
 
 
 def _apply(
-    tables: MemoryTables,
-    projector: Projector,
-    stream: StreamId,
-    events: Iterable[tuple[int, bytes]],
-    progress: Callable[[int], None] | None,
+    tables: MemoryTables, projector: Projector, stream: StreamId, events: list[tuple[bytes, bytes]]
 ) -> None:
+    # The projector reads earlier events (an edit, its message); later ones
+    # being there already changes nothing.
+    tables.put_many("events", events)
     apply = projector.apply
-    count = 0
-    for seq, data in events:
-        tables.put("events", keys.event_key(stream, seq), data)
-        apply(stream, seq, decode_event(data))
-        count += 1
-        if progress is not None and count % PROGRESS_STEP == 0:
-            progress(PROGRESS_STEP)
-    if progress is not None:
-        progress(count % PROGRESS_STEP)
+    for key, data in events:
+        apply(stream, keys.seq_of(key), decode_event(data))
 
 
 def projection_rows(tables: Tables, stream: StreamId) -> ProjectionRows:
@@ -84,3 +76,19 @@ def table_digests(rows: ProjectionRows) -> TableDigests:
 def digest(rows: ProjectionRows) -> str:
     """The digest of a stream's projections (see `combined_digest`)."""
     return combined_digest(table_digests(rows))
+
+
+def rebuilt_digests(
+    rebuilt: MemoryTables, live_rows: ProjectionRows, live: TableDigests
+) -> TableDigests:
+    """The digests of the rebuilt tables, given the live rows and their digests.
+
+    A table that holds exactly the live rows has the live digest; only one
+    that differs is digested on its own.
+    """
+    return {
+        table: live[table]
+        if rebuilt.holds(table, live_rows[table])
+        else table_digest(rebuilt.rows(table))
+        for table in PROJECTION_TABLES
+    }

@@ -6,27 +6,25 @@
 # projections; the worker writes the buffers into tables of its own with the
 # same code the live store uses, then compares its postings with the live
 # ones it is sent. It reads nothing else, so it sees exactly the snapshot the
-# replay reads. It holds one stream at a time. Buffers it has not been sent
-# yet when replay is done with the rest, replay may take back and prepare
-# itself (`take_back`), so that neither process waits long for the other.
+# replay reads. It serves one stream, answers one comparison, and leaves.
+# Buffers it has not been sent yet when replay is done with the rest, replay
+# takes back and prepares itself (`take_back`), so that neither process
+# waits long for the other, however late the worker started.
 #
-# The worker is forked, so it starts at once with every module loaded; it
-# touches nothing it inherits but its pipes and leaves by `os._exit`. Forking
-# is only safe while no other thread runs, so `forkable` says when to use one.
-# Protocol on the pipes: frames of a 4-byte big-endian length and a msgpack
-# body; requests are applied in the order they are sent.
+# The worker is a new interpreter (`python -m eva.store.index_worker`), so it
+# shares no memory, lock or file with the replaying process but its pipes.
+# Protocol on stdin and stdout: frames of a 4-byte big-endian length and a
+# msgpack body; requests are applied in the order they are sent.
 from __future__ import annotations
 
 import os
-import signal
 import struct
+import subprocess
 import sys
 import threading
-import traceback
 from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
-from operator import itemgetter
 from typing import IO, NoReturn
 
 import msgspec
@@ -40,7 +38,9 @@ from eva.core.recall_index import (
     StreamTexts,
     write_prepared,
 )
+from eva.store.no_gc import no_cyclic_gc
 
+WORKER_COMMAND = [sys.executable, "-m", "eva.store.index_worker"]
 _LENGTH = struct.Struct(">I")
 Rows = list[tuple[bytes, bytes]]
 
@@ -54,8 +54,7 @@ class _WritePrepared(msgspec.Struct, tag="write_prepared", array_like=True):
 
 
 class _Live(msgspec.Struct, tag="live", array_like=True):
-    keys: list[bytes]  # the live postings of the stream, in key order
-    values: list[bytes]
+    rows: msgspec.Raw  # the live postings of the stream, as `encoded_rows` made them
 
 
 class _Compare(msgspec.Struct, tag="compare", array_like=True):
@@ -64,15 +63,11 @@ class _Compare(msgspec.Struct, tag="compare", array_like=True):
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(_Write | _WritePrepared | _Live | _Compare)
+_rows_decoder = msgspec.msgpack.Decoder(list[tuple[bytes, bytes]])
 
 
 class IndexWorkerError(RuntimeError):
     """The index worker stopped before it answered."""
-
-
-def forkable() -> bool:
-    """Whether a worker may be forked now: the platform can, and no other thread runs."""
-    return hasattr(os, "fork") and threading.active_count() == 1
 
 
 class IndexWorker:
@@ -82,10 +77,12 @@ class IndexWorker:
     never waits for the worker to read it.
     """
 
-    def __init__(self, pid: int, requests: IO[bytes], answers: IO[bytes]) -> None:
-        self._pid = pid
-        self._requests = requests
-        self._answers = answers
+    def __init__(self, process: subprocess.Popen[bytes]) -> None:
+        assert process.stdin is not None
+        assert process.stdout is not None
+        self._process = process
+        self._requests = process.stdin
+        self._answers = process.stdout
         # Buffers not sent yet, and frames ready to send; None stops the sender.
         self._pending: deque[PostingBuffer | bytes | None] = deque()
         self._queued = threading.Condition()
@@ -115,17 +112,16 @@ class IndexWorker:
         """Hand over changes prepared here (see `PostingBuffer.prepare`); returns at once."""
         self._queue(_frame(_encoder.encode(_WritePrepared(prepared))))
 
-    def send_live(self, live: Rows) -> None:
-        """Hand over the live postings the rebuilt ones are to equal; returns at once."""
-        keys, values = list(map(itemgetter(0), live)), list(map(itemgetter(1), live))
-        self._queue(_frame(_encoder.encode(_Live(keys, values))))
+    def send_live(self, live: bytes) -> None:
+        """Hand over the live postings the rebuilt ones are to equal, as `encoded_rows`
+        made them; returns at once."""
+        self._queue(_frame(_encoder.encode(_Live(msgspec.Raw(live)))))
 
     def compare(self) -> bytes | None:
         """Whether the stream's postings, once every change is written, are the live ones.
 
         None if they are, byte for byte; else the `table_digest` of the
-        rebuilt postings. The worker then forgets the stream, ready for the
-        next one.
+        rebuilt postings. The worker then leaves.
         """
         self._queue(_frame(_encoder.encode(_Compare())))
         answer = _read_frame(self._answers)
@@ -134,13 +130,13 @@ class IndexWorker:
         return answer or None
 
     def close(self, *, kill: bool = False) -> None:
-        """Stop the worker: once it has read what it was sent, or at once with `kill`."""
+        """Wait for the worker to leave, or stop it at once with `kill`."""
         if kill:
-            os.kill(self._pid, signal.SIGKILL)
+            self._process.kill()
         self._queue(None)
         self._sender.join()
         self._answers.close()
-        os.waitpid(self._pid, 0)
+        self._process.wait()
 
     def _queue(self, item: PostingBuffer | bytes | None) -> None:
         with self._queued:
@@ -166,20 +162,9 @@ class IndexWorker:
 
 @contextmanager
 def open_index_worker() -> Iterator[IndexWorker]:
-    """A forked worker, stopped when the block ends (killed if the block raised).
-
-    Call it only while `forkable()`.
-    """
-    requests_read, requests_write = os.pipe()
-    answers_read, answers_write = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(requests_write)
-        os.close(answers_read)
-        _serve_and_exit(requests_read, answers_write)
-    os.close(requests_read)
-    os.close(answers_write)
-    worker = IndexWorker(pid, os.fdopen(requests_write, "wb"), os.fdopen(answers_read, "rb"))
+    """A worker process, waited for when the block ends (killed if the block raised)."""
+    process = subprocess.Popen(WORKER_COMMAND, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    worker = IndexWorker(process)
     try:
         yield worker
     except BaseException:
@@ -188,40 +173,23 @@ def open_index_worker() -> Iterator[IndexWorker]:
     worker.close()
 
 
-def _serve_and_exit(requests_fd: int, answers_fd: int) -> NoReturn:
-    """The worker process's whole life: serve its pipes, then leave without unwinding."""
-    code = 0
-    try:
-        with os.fdopen(requests_fd, "rb") as requests, os.fdopen(answers_fd, "wb") as answers:
-            serve(requests, answers)
-    except BaseException:
-        traceback.print_exc()
-        sys.stderr.flush()
-        code = 1
-    finally:
-        os._exit(code)
-
-
 def serve(requests: IO[bytes], answers: IO[bytes]) -> None:
-    """The worker's side: write changes as they come, answer each comparison."""
+    """The worker's side: write changes as they come, answer the comparison, return."""
     tables = MemoryTables()
-    live = _Live([], [])
+    live: Rows = []
     while (body := _read_frame(requests)) is not None:
         match _decoder.decode(body):
             case _Write(streams=streams):
                 PostingBuffer.of_changes(streams).flush(tables)
             case _WritePrepared(streams=prepared):
                 write_prepared(tables, prepared)
-            case _Live() as live:
-                pass
+            case _Live(rows=rows):
+                live = _rows_decoder.decode(rows)
             case _Compare():
-                rebuilt = tables.data[POSTINGS]
-                same = len(rebuilt) == len(live.keys) and (
-                    list(map(rebuilt.get, live.keys)) == live.values
-                )
+                same = tables.holds(POSTINGS, live)
                 answers.write(_frame(b"" if same else table_digest(tables.rows(POSTINGS))))
                 answers.flush()
-                tables, live = MemoryTables(), _Live([], [])
+                return
 
 
 def _frame(body: bytes) -> bytes:
@@ -238,3 +206,15 @@ def _read_frame(source: IO[bytes]) -> bytes | None:
     if len(body) < length:
         return None
     return body
+
+
+def main() -> NoReturn:
+    """The worker process: serve stdin and stdout, then leave at once (the heap is
+    dropped whole rather than object by object)."""
+    with no_cyclic_gc():
+        serve(sys.stdin.buffer, sys.stdout.buffer)
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -4,21 +4,28 @@
 # compares are the same snapshot even while a writer keeps appending. A long
 # stream's recall index is rebuilt by an index worker process from the index
 # changes this process hands it, while this process rebuilds the rest and
-# digests the live tables; the two halves meet in the digests. Without a
-# worker (a short stream, or other threads running) it is all done here.
+# digests the live tables; the two halves meet in the digests. A short
+# stream is all done here: starting a worker would cost more than it saves.
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from eva.core import keys
-from eva.core.digest import TableDigests, combined_digest, differing_tables, table_digest
+from eva.core.digest import (
+    TableDigests,
+    combined_digest,
+    differing_tables,
+    encoded_digest,
+    encoded_rows,
+    table_digest,
+)
 from eva.core.keys import PROJECTION_TABLES, StreamId
 from eva.core.projection import read_meta
 from eva.core.recall_index import POSTINGS
-from eva.core.replay import rebuild
+from eva.core.replay import rebuild, rebuilt_digests
 from eva.store.event_store import EventStore
-from eva.store.index_worker import IndexWorker, forkable, open_index_worker
+from eva.store.index_worker import IndexWorker, open_index_worker
 from eva.store.no_gc import no_cyclic_gc
 
 # From this many events on, a stream's recall index is rebuilt in a worker.
@@ -47,9 +54,8 @@ def replay_stream(
 ) -> ReplayResult:
     """Rebuild one stream's projections from its events and compare with the live ones."""
     meta = store.meta(stream)
-    long_stream = meta is not None and meta.position >= index_worker_min_events
     with no_cyclic_gc():
-        if not (long_stream and forkable()):
+        if meta is None or meta.position < index_worker_min_events:
             return _replay(store, stream, progress, None)
         with open_index_worker() as worker:
             return _replay(store, stream, progress, worker)
@@ -64,20 +70,19 @@ def _replay(
     prefix = keys.stream_prefix(stream)
     end = keys.prefix_end(prefix)
     with store.backend.reading() as tables:
-        stored = tables.scan("events", prefix, end)
         rebuilt_tables = rebuild(
             stream,
-            ((keys.seq_of(k), v) for k, v in stored),
+            tables.scan("events", prefix, end),
             progress,
             None if worker is None else worker.write,
         )
         live_rows = {table: list(tables.scan(table, prefix, end)) for table in PROJECTION_TABLES}
+    live_postings = encoded_rows(live_rows[POSTINGS])
     if worker is not None:
-        _share_postings(worker, live_rows[POSTINGS])
+        _share_postings(worker, live_postings)
     live: TableDigests = {table: table_digest(rows) for table, rows in live_rows.items()}
-    rebuilt: TableDigests = {
-        table: table_digest(rebuilt_tables.rows(table)) for table in PROJECTION_TABLES
-    }
+    live[POSTINGS] = encoded_digest(live_postings)
+    rebuilt = rebuilt_digests(rebuilt_tables, live_rows, live)
     if worker is not None:
         rebuilt[POSTINGS] = worker.compare() or live[POSTINGS]
     rebuilt_meta = read_meta(rebuilt_tables, stream)
@@ -90,7 +95,7 @@ def _replay(
     )
 
 
-def _share_postings(worker: IndexWorker, live: list[tuple[bytes, bytes]]) -> None:
+def _share_postings(worker: IndexWorker, live: bytes) -> None:
     """Send the worker the live postings, and prepare here about half of the buffers
     it has not started yet, so that it finishes about when this process does."""
     taken = worker.take_back()
