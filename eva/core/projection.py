@@ -143,26 +143,27 @@ class Projector:
         meta.position = seq + 1
 
     def _posted(self, stream: StreamId, meta: StreamMeta, seq: int, event: MessagePosted) -> None:
-        if event.index != meta.messages:
-            raise Rejected(
-                f"{stream}: message index {event.index}, expected {meta.messages}"
-            )
-        if not 0 <= event.message_id <= keys.MAX_U64:
-            raise Rejected(f"{stream}: message id {event.message_id} is out of range")
-        id_key = keys.discord_id_key(stream, event.message_id)
-        if self._tables.get("discord_ids", id_key) is not None:
-            raise Rejected(f"{stream}: message id {event.message_id} is already stored")
-        self._tables.put("discord_ids", id_key, keys.encode_u64(event.index))
+        index, message_id, at_ms = event.index, event.message_id, event.at_ms
+        if index != meta.messages:
+            raise Rejected(f"{stream}: message index {index}, expected {meta.messages}")
+        if not 0 <= message_id <= keys.MAX_U64:
+            raise Rejected(f"{stream}: message id {message_id} is out of range")
+        tables = self._tables
+        id_key = keys.discord_id_key(stream, message_id)
+        if tables.get("discord_ids", id_key) is not None:
+            raise Rejected(f"{stream}: message id {message_id} is already stored")
+        tables.put("discord_ids", id_key, keys.encode_u64(index))
         size = rendered_size(event.author_name, event.content, event.attachments)
         slot = MessageSlot(posted_seq=seq, content_seq=seq, size=size)
-        self._tables.put("messages", keys.message_key(stream, event.index), encode_record(slot))
-        if meta.messages == 0:
-            meta.first_ms = event.at_ms
-        meta.last_ms = max(meta.last_ms, event.at_ms)
+        tables.put("messages", keys.message_key(stream, index), encode_record(slot))
+        if index == 0:
+            meta.first_ms = at_ms
+        if at_ms > meta.last_ms:
+            meta.last_ms = at_ms
         meta.messages += 1
         meta.unleafed_bytes += size
         meta.tail_bytes += size
-        self._postings.add(stream, event.index, indexed_text(event.content, event.attachments))
+        self._postings.add(stream, index, indexed_text(event.content, event.attachments))
 
     def _slot(self, stream: StreamId, index: int, message_id: int) -> MessageSlot:
         if not (0 <= index <= keys.MAX_U64 and 0 <= message_id <= keys.MAX_U64):
