@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import random
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import pytest
 from eva.core.events import MessageDeleted, MessageEdited, MessagePosted, MessagesErased
 from eva.core.keys import StreamId, prefix_end, stream_prefix
 from eva.core.projection import Tables
+from eva.core.recall_index import PostingBuffer, PreparedStream
 from eva.core.replay import POSTINGS_BATCH
 from eva.store import index_worker, lmdb_kv
 from eva.store import replay as replay_module
@@ -148,3 +150,21 @@ def test_a_replay_that_stops_kills_its_worker(
     with pytest.raises(ChildProcessError):
         os.waitpid(-1, os.WNOHANG)
     assert replay(store, worker=True).ok
+
+
+def test_a_replay_that_stops_while_preparing_does_not_wait_for_its_worker(
+    store: EventStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asleep = [sys.executable, "-c", "import time; time.sleep(60)"]  # reads nothing
+    monkeypatch.setattr(index_worker, "WORKER_COMMAND", asleep)
+
+    def broken(_: PostingBuffer) -> list[PreparedStream]:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(PostingBuffer, "prepare", broken)  # here only, not in the worker
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        replay(store, worker=True)
+    assert time.monotonic() - started < 30
+    with pytest.raises(ChildProcessError):
+        os.waitpid(-1, os.WNOHANG)

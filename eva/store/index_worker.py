@@ -70,11 +70,26 @@ class IndexWorkerError(RuntimeError):
     """The index worker stopped before it answered."""
 
 
+class _Slot:
+    """A buffer's place in the queue, kept while the replaying process prepares it."""
+
+    __slots__ = ("frame",)
+
+    def __init__(self) -> None:
+        self.frame: bytes | None = None  # the prepared changes, once they are
+
+
+_Item = PostingBuffer | _Slot | bytes | None  # None stops the sender
+
+
 class IndexWorker:
     """The replaying side of a worker: hands it index changes, asks how they compare.
 
     A sender thread writes the requests, in order, so that handing one over
-    never waits for the worker to read it.
+    never waits for the worker to read it. The buffers it has not sent yet
+    stay in a queue, from which the replaying process may take the latest
+    back (`take_last`) to prepare them itself; each keeps its place, so the
+    worker still writes every change in order.
     """
 
     def __init__(self, process: subprocess.Popen[bytes]) -> None:
@@ -83,9 +98,9 @@ class IndexWorker:
         self._process = process
         self._requests = process.stdin
         self._answers = process.stdout
-        # Buffers not sent yet, and frames ready to send; None stops the sender.
-        self._pending: deque[PostingBuffer | bytes | None] = deque()
-        self._queued = threading.Condition()
+        self._pending: deque[_Item] = deque()
+        self._changed = threading.Condition()
+        self._stopping = False
         self._sender = threading.Thread(target=self._send_all, name="index-worker-sender")
         self._sender.start()
 
@@ -93,24 +108,26 @@ class IndexWorker:
         """Hand over a buffer of index changes; returns at once."""
         self._queue(postings)
 
-    def take_back(self) -> list[PostingBuffer]:
-        """Take back about half of the buffers not sent yet: the later ones, in order.
+    def take_last(self) -> tuple[_Slot, PostingBuffer] | None:
+        """The latest buffer not sent yet, if any, and the place it keeps in the queue.
 
-        The worker goes on with the earlier ones (and those it has already);
-        the caller prepares these itself and hands them over again with
-        `write_prepared`, in the same order, before anything else.
+        The caller prepares it and hands the result to `fill`; the worker
+        meanwhile goes on with the earlier buffers.
         """
-        with self._queued:
-            # The worker still has the buffer it is on and the one being sent.
-            count = min(len(self._pending), (len(self._pending) + 2) // 2)
-            taken = [self._pending.pop() for _ in range(count)]
-        buffers = [item for item in reversed(taken) if isinstance(item, PostingBuffer)]
-        assert len(buffers) == count, "take_back comes before any other request"
-        return buffers
+        with self._changed:
+            for position in range(len(self._pending) - 1, -1, -1):
+                item = self._pending[position]
+                if isinstance(item, PostingBuffer):
+                    slot = self._pending[position] = _Slot()
+                    return slot, item
+        return None
 
-    def write_prepared(self, prepared: list[PreparedStream]) -> None:
-        """Hand over changes prepared here (see `PostingBuffer.prepare`); returns at once."""
-        self._queue(_frame(_encoder.encode(_WritePrepared(prepared))))
+    def fill(self, slot: _Slot, prepared: list[PreparedStream]) -> None:
+        """Put changes prepared here (see `PostingBuffer.prepare`) in a buffer's place."""
+        frame = _frame(_encoder.encode(_WritePrepared(prepared)))
+        with self._changed:
+            slot.frame = frame
+            self._changed.notify()
 
     def send_live(self, live: bytes) -> None:
         """Hand over the live postings the rebuilt ones are to equal, as `encoded_rows`
@@ -133,31 +150,45 @@ class IndexWorker:
         """Wait for the worker to leave, or stop it at once with `kill`."""
         if kill:
             self._process.kill()
+            with self._changed:
+                self._stopping = True
+                self._changed.notify()
         self._queue(None)
         self._sender.join()
         self._answers.close()
         self._process.wait()
 
-    def _queue(self, item: PostingBuffer | bytes | None) -> None:
-        with self._queued:
+    def _queue(self, item: _Item) -> None:
+        with self._changed:
             self._pending.append(item)
-            self._queued.notify()
+            self._changed.notify()
 
     def _send_all(self) -> None:
         try:
             with self._requests:
-                while (item := self._next()) is not None:
-                    if isinstance(item, PostingBuffer):
-                        item = _frame(_encoder.encode(_Write(item.changes())))
-                    self._requests.write(item)
+                while (frame := self._next_frame()) is not None:
+                    self._requests.write(frame)
                     self._requests.flush()
         except OSError:  # the worker is gone; `compare` reports it
             pass
 
-    def _next(self) -> PostingBuffer | bytes | None:
-        with self._queued:
-            self._queued.wait_for(lambda: bool(self._pending))
-            return self._pending.popleft()
+    def _next_frame(self) -> bytes | None:
+        """The next request to send, once it is ready; None to stop."""
+        with self._changed:
+            self._changed.wait_for(lambda: self._stopping or self._ready())
+            if self._stopping:
+                return None
+            item = self._pending.popleft()
+        if isinstance(item, PostingBuffer):
+            return _frame(_encoder.encode(_Write(item.changes())))
+        if isinstance(item, _Slot):
+            return item.frame
+        return item
+
+    def _ready(self) -> bool:
+        return bool(self._pending) and not (
+            isinstance(self._pending[0], _Slot) and self._pending[0].frame is None
+        )
 
 
 @contextmanager

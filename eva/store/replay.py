@@ -79,7 +79,8 @@ def _replay(
         live_rows = {table: list(tables.scan(table, prefix, end)) for table in PROJECTION_TABLES}
     live_postings = encoded_rows(live_rows[POSTINGS])
     if worker is not None:
-        _share_postings(worker, live_postings)
+        worker.send_live(live_postings)
+        _prepare_the_latest(worker)
     live: TableDigests = {table: table_digest(rows) for table, rows in live_rows.items()}
     live[POSTINGS] = encoded_digest(live_postings)
     rebuilt = rebuilt_digests(rebuilt_tables, live_rows, live)
@@ -95,10 +96,9 @@ def _replay(
     )
 
 
-def _share_postings(worker: IndexWorker, live: bytes) -> None:
-    """Send the worker the live postings, and prepare here about half of the buffers
-    it has not started yet, so that it finishes about when this process does."""
-    taken = worker.take_back()
-    worker.send_live(live)
-    for postings in taken:
-        worker.write_prepared(postings.prepare())
+def _prepare_the_latest(worker: IndexWorker) -> None:
+    """Prepare here the buffers the worker has not started, from the latest back,
+    until it has started them all: the two processes meet about in the middle."""
+    while (taken := worker.take_last()) is not None:
+        slot, postings = taken
+        worker.fill(slot, postings.prepare())
