@@ -7,9 +7,9 @@
 # same code the live store uses, then compares its postings with the live
 # ones it is sent. It reads nothing else, so it sees exactly the snapshot the
 # replay reads. It serves one stream, answers one comparison, and leaves.
-# Buffers it has not been sent yet when replay is done with the rest, replay
-# takes back and prepares itself (`take_back`), so that neither process
-# waits long for the other, however late the worker started.
+# When replay is done with the rest, it takes back the buffers not sent yet,
+# the latest first, and prepares them itself (`take_last`, `fill`), so that
+# neither process waits long for the other, however late the worker started.
 #
 # The worker is a new interpreter (`python -m eva.store.index_worker`), so it
 # shares no memory, lock or file with the replaying process but its pipes.
@@ -42,7 +42,6 @@ from eva.store.no_gc import no_cyclic_gc
 
 WORKER_COMMAND = [sys.executable, "-m", "eva.store.index_worker"]
 _LENGTH = struct.Struct(">I")
-Rows = list[tuple[bytes, bytes]]
 
 
 class _Write(msgspec.Struct, tag="write", array_like=True):
@@ -207,7 +206,7 @@ def open_index_worker() -> Iterator[IndexWorker]:
 def serve(requests: IO[bytes], answers: IO[bytes]) -> None:
     """The worker's side: write changes as they come, answer the comparison, return."""
     tables = MemoryTables()
-    live: Rows = []
+    live: list[tuple[bytes, bytes]] = []
     while (body := _read_frame(requests)) is not None:
         match _decoder.decode(body):
             case _Write(streams=streams):

@@ -18,7 +18,6 @@ from eva.core.digest import (
     differing_tables,
     encoded_digest,
     encoded_rows,
-    table_digest,
 )
 from eva.core.keys import PROJECTION_TABLES, StreamId
 from eva.core.projection import read_meta
@@ -77,14 +76,13 @@ def _replay(
             None if worker is None else worker.write,
         )
         live_rows = {table: list(tables.scan(table, prefix, end)) for table in PROJECTION_TABLES}
-    live_postings = encoded_rows(live_rows[POSTINGS])
+    encoded = {table: encoded_rows(rows) for table, rows in live_rows.items()}
     if worker is not None:
-        worker.send_live(live_postings)
+        worker.send_live(encoded[POSTINGS])
         _prepare_the_latest(worker)
-    live: TableDigests = {table: table_digest(rows) for table, rows in live_rows.items()}
-    live[POSTINGS] = encoded_digest(live_postings)
+    live: TableDigests = {table: encoded_digest(data) for table, data in encoded.items()}
     rebuilt = rebuilt_digests(rebuilt_tables, live_rows, live)
-    if worker is not None:
+    if worker is not None:  # the postings were rebuilt there, not in rebuilt_tables
         rebuilt[POSTINGS] = worker.compare() or live[POSTINGS]
     rebuilt_meta = read_meta(rebuilt_tables, stream)
     return ReplayResult(
