@@ -28,9 +28,9 @@ from eva.cli.cmd_import import import_bytes
 from eva.core.address import Address, format_address, halves
 from eva.core.events import MessagePosted
 from eva.core.keys import StreamId
-from eva.core.recall_index import terms
 from eva.core.settings import MemorySettings
 from eva.core.summarize import OfflineSummarizer
+from eva.core.terms import terms
 from eva.memory.build import Memory
 from eva.memory.view import RowText, memory_text, recall, zoom
 from eva.store.event_store import EventStore

@@ -11,8 +11,8 @@ from collections import Counter
 import pytest
 
 from eva.core.dce import ChannelExport, attachment_names, parse_export
-from eva.core.recall_index import terms
 from eva.core.render import LINE_LIMIT_BYTES, render_message
+from eva.core.terms import terms
 from eva.demo.friends import DEMO_QUERY, friends_export
 
 

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import random
+import re
+import unicodedata
 from collections.abc import Callable
 
 import msgspec
@@ -12,8 +14,9 @@ from eva.core.block import ShownMessage
 from eva.core.keys import StreamId, stream_prefix
 from eva.core.memtables import MemoryTables
 from eva.core.recall import recall_text, recall_view
-from eva.core.recall_index import BUCKET_SIZE, PostingBuffer, SearchResult, search, terms
+from eva.core.recall_index import BUCKET_SIZE, PostingBuffer, SearchResult, StreamTexts, search
 from eva.core.render import utf8_size
+from eva.core.terms import terms
 
 STREAM = StreamId(7, 9)
 OTHER = StreamId(7, 10)
@@ -73,6 +76,37 @@ def test_terms_cut_cjk_into_characters() -> None:
     assert terms("東京タワー") == ["東", "京", "タ", "ワ", "ー"]
     assert terms("我爱 Python") == ["我", "爱", "python"]
     assert terms("한국어 단어") == ["한국어", "단어"]
+
+
+_CJK = (
+    "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002fa1f\U00030000-\U0003134f"
+)
+_PLAIN_WORD = re.compile(f"[^\\W_{_CJK}]+|[{_CJK}]")
+
+
+def plain_terms(text: str) -> list[str]:
+    """What a term is, said plainly: the fast paths of `terms` must agree with it."""
+    folded = unicodedata.normalize("NFKD", text.casefold())
+    folded = "".join(c for c in folded if unicodedata.category(c) != "Mn")
+    words = _PLAIN_WORD.findall(unicodedata.normalize("NFC", folded))
+    return [word for word in words if len(word) <= 40]
+
+
+_MIXED = st.text(
+    st.one_of(
+        st.characters(max_codepoint=0x7F),
+        st.sampled_from("éÉßℂ℃ﬁⅫŉ\u2019\u201c😀👴🏼東京タ한국\u0301\u0308\u1100\u1161\u20dd\u0bbe\u0bc6_"),
+        st.characters(),
+    ),
+    max_size=80,
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(text=_MIXED)
+def test_terms_agree_with_their_plain_definition(text: str) -> None:
+    assert terms(text) == plain_terms(text)
+    assert terms("x" * 41 + " " + text) == plain_terms(text)
 
 
 # -- search ------------------------------------------------------------------
@@ -208,6 +242,28 @@ def test_batches_and_order_do_not_change_the_bytes() -> None:
             buffer.add(STREAM, index, text)
         buffer.flush(tables)
     assert postings(tables) == postings(at_once)
+
+
+def test_a_buffer_sent_as_its_changes_writes_the_same_bytes() -> None:
+    tables = index_all({0: "alpha beta", 1: "kept", BUCKET_SIZE: "beta gamma"})
+    twin = MemoryTables()
+    twin.data = {table: dict(rows) for table, rows in tables.data.items()}
+    buffer = PostingBuffer()
+    buffer.remove(STREAM, 0, "alpha beta")
+    buffer.add(STREAM, 0, "beta beta")
+    buffer.add(STREAM, 2, "fresh words")
+    buffer.remove(STREAM, BUCKET_SIZE, "beta gamma")
+    buffer.add(OTHER, 1, "other stream")
+    sent = msgspec.msgpack.encode(buffer.changes())
+    received = PostingBuffer.of_changes(msgspec.msgpack.decode(sent, type=list[StreamTexts]))
+    buffer.flush(tables)
+    received.flush(twin)
+    assert postings(twin) == postings(tables)
+    expected = index_all({0: "beta beta", 1: "kept", 2: "fresh words"})
+    both = PostingBuffer()
+    both.add(OTHER, 1, "other stream")
+    both.flush(expected)
+    assert postings(tables) == postings(expected)
 
 
 def test_streams_do_not_mix() -> None:

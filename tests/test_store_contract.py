@@ -343,6 +343,18 @@ class StoreContract:
         assert [StreamId(m.guild_id, m.channel_id) for m in store.streams()][-1] == big
         assert next(iter(store.events(C)))[1] == posted(0)
 
+    def test_tables_scan_a_range_and_put_many(self, store: EventStore) -> None:
+        stored = [b"a1", b"a2", b"b1", b"b2", b"c"]
+        store.backend.write(
+            lambda tables: tables.put_many("ready", [(key, key + b"!") for key in stored])
+        )
+        ranges = [(b"a", b"b"), (b"b", b"c"), (b"b", b"d"), (b"", b"\xff"), (b"d", b"e")]
+        ranges += [(b"a2", b"b2"), (b"0", b"a"), (b"b1", b"b1")]
+        with store.backend.reading() as tables:
+            for start, stop in ranges:
+                wanted = [(key, key + b"!") for key in stored if start <= key < stop]
+                assert list(tables.scan("ready", start, stop)) == wanted
+
     def test_reads_in_chunks(self, store: EventStore) -> None:
         count = READ_CHUNK * 2 + 17
         tools = [ToolCalled(at_ms=i, name="t") for i in range(count)]

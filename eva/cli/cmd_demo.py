@@ -17,9 +17,9 @@ from eva.cli.common import UserError, add_settings_option, load_settings, open_s
 from eva.core.address import Address, format_address, halves
 from eva.core.keys import StreamId
 from eva.core.recall import render_view
-from eva.core.recall_index import terms
 from eva.core.settings import MemorySettings
 from eva.core.summarize import OfflineSummarizer
+from eva.core.terms import terms
 from eva.demo.friends import DEMO_QUERY, friends_export
 from eva.memory.view import memory_text, recall, zoom
 from eva.store.event_store import EventStore

@@ -8,14 +8,12 @@
 from __future__ import annotations
 
 import argparse
-import gc
 import gzip
 import os
 import sys
 import time
 import zlib
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -34,6 +32,7 @@ from eva.core.events import AnyEvent, MessageEdited, MessagePosted
 from eva.core.keys import StreamId
 from eva.core.projection import Rejected
 from eva.store.event_store import EventStore
+from eva.store.no_gc import no_cyclic_gc
 
 GZIP_MAGIC = b"\x1f\x8b"
 PROGRESS_STEP = 4096
@@ -97,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
 def import_file(data: Path, export_path: Path, *, quiet: bool = True) -> ImportReport:
     """Import one export file into the data directory `data` (created if needed)."""
     started = time.perf_counter()
-    with _no_cyclic_gc():
+    with no_cyclic_gc():
         raw = read_export(export_path)
     return import_bytes(data, raw, export_path, quiet=quiet, started=started)
 
@@ -112,7 +111,7 @@ def import_bytes(
 ) -> ImportReport:
     """Import an export's bytes (named `export_path` in messages) into `data`."""
     started = time.perf_counter() if started is None else started
-    with _no_cyclic_gc():
+    with no_cyclic_gc():
         try:
             export = parse_export(raw)
         except ExportError as error:
@@ -159,22 +158,6 @@ def _append(
         raise UserError(f"cannot import {export_path}: the store refused it: {error}") from None
     finally:
         progress.close()
-
-
-@contextmanager
-def _no_cyclic_gc() -> Iterator[None]:
-    """Pause the cyclic GC: an import makes millions of objects and no cycles.
-
-    Left on, the collector would walk the growing heap again and again and
-    take about a third of the import's time.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def read_export(path: Path) -> bytes:

@@ -5,7 +5,7 @@
 # fine for the sizes these tables hold while a replay or test runs.
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 
 from eva.core.keys import ALL_TABLES, Table
 
@@ -22,6 +22,9 @@ class MemoryTables:
     def put(self, table: Table, key: bytes, value: bytes) -> None:
         self.data[table][key] = value
 
+    def put_many(self, table: Table, entries: Iterable[tuple[bytes, bytes]]) -> None:
+        self.data[table].update(entries)
+
     def delete(self, table: Table, key: bytes) -> None:
         self.data[table].pop(key, None)
 
@@ -29,6 +32,17 @@ class MemoryTables:
         rows = self.data[table]
         for key in sorted(k for k in rows if start <= k < stop):
             yield key, rows[key]
+
+    def rows(self, table: Table) -> list[tuple[bytes, bytes]]:
+        """Every entry of a table, in key order."""
+        rows = self.data[table]
+        ordered = sorted(rows)  # the keys alone: sorting (key, value) pairs costs triple
+        return list(zip(ordered, map(rows.__getitem__, ordered), strict=True))
+
+    def holds(self, table: Table, rows: Sequence[tuple[bytes, bytes]]) -> bool:
+        """Whether a table holds exactly `rows` (each key once), byte for byte."""
+        entries = self.data[table]
+        return len(entries) == len(rows) and all(entries.get(k) == v for k, v in rows)
 
     def copy(self) -> MemoryTables:
         twin = MemoryTables()
@@ -51,6 +65,9 @@ class OverlayTables:
 
     def put(self, table: Table, key: bytes, value: bytes) -> None:
         self._staged[table][key] = bytes(value)
+
+    def put_many(self, table: Table, entries: Iterable[tuple[bytes, bytes]]) -> None:
+        self._staged[table].update((key, bytes(value)) for key, value in entries)
 
     def delete(self, table: Table, key: bytes) -> None:
         self._staged[table][key] = None

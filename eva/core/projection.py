@@ -8,7 +8,7 @@
 # rejected with `Rejected` before anything of its batch is kept.
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Protocol, assert_never
 
 from eva.core import keys
@@ -47,6 +47,10 @@ class Tables(Protocol):
 
     def put(self, table: Table, key: bytes, value: bytes) -> None: ...
 
+    def put_many(self, table: Table, entries: Iterable[tuple[bytes, bytes]]) -> None:
+        """Put each (key, value), as `put` would one by one."""
+        ...
+
     def delete(self, table: Table, key: bytes) -> None: ...
 
     def scan(self, table: Table, start: bytes, stop: bytes) -> Iterator[tuple[bytes, bytes]]:
@@ -68,12 +72,16 @@ class Projector:
 
     Stream records are cached while a batch is applied and written by `flush`,
     so a batch of many events costs one read and one write of each record.
+    The recall index's changes are collected in a `PostingBuffer`: the
+    projector's own, written into the tables by `flush`, or one the caller
+    passes in and writes itself.
     """
 
-    def __init__(self, tables: Tables) -> None:
+    def __init__(self, tables: Tables, postings: PostingBuffer | None = None) -> None:
         self._tables = tables
         self._metas: dict[StreamId, StreamMeta] = {}
-        self._postings = PostingBuffer()
+        self._writes_postings = postings is None
+        self._postings = PostingBuffer() if postings is None else postings
 
     def meta(self, stream: StreamId) -> StreamMeta:
         """The stream's record as it stands in this transaction (new if unknown)."""
@@ -86,8 +94,12 @@ class Projector:
         return meta
 
     def flush(self) -> None:
-        """Write the recall index and the cached stream records (none for an empty stream)."""
-        self._postings.flush(self._tables)
+        """Write the recall index (if the projector's own) and the cached stream records.
+
+        An empty stream gets no record.
+        """
+        if self._writes_postings:
+            self._postings.flush(self._tables)
         for stream, meta in self._metas.items():
             if meta.position > 0:
                 self._tables.put("streams", keys.stream_prefix(stream), encode_record(meta))
@@ -131,26 +143,27 @@ class Projector:
         meta.position = seq + 1
 
     def _posted(self, stream: StreamId, meta: StreamMeta, seq: int, event: MessagePosted) -> None:
-        if event.index != meta.messages:
-            raise Rejected(
-                f"{stream}: message index {event.index}, expected {meta.messages}"
-            )
-        if not 0 <= event.message_id <= keys.MAX_U64:
-            raise Rejected(f"{stream}: message id {event.message_id} is out of range")
-        id_key = keys.discord_id_key(stream, event.message_id)
-        if self._tables.get("discord_ids", id_key) is not None:
-            raise Rejected(f"{stream}: message id {event.message_id} is already stored")
-        self._tables.put("discord_ids", id_key, keys.encode_u64(event.index))
+        index, message_id, at_ms = event.index, event.message_id, event.at_ms
+        if index != meta.messages:
+            raise Rejected(f"{stream}: message index {index}, expected {meta.messages}")
+        if not 0 <= message_id <= keys.MAX_U64:
+            raise Rejected(f"{stream}: message id {message_id} is out of range")
+        tables = self._tables
+        id_key = keys.discord_id_key(stream, message_id)
+        if tables.get("discord_ids", id_key) is not None:
+            raise Rejected(f"{stream}: message id {message_id} is already stored")
+        tables.put("discord_ids", id_key, keys.encode_u64(index))
         size = rendered_size(event.author_name, event.content, event.attachments)
         slot = MessageSlot(posted_seq=seq, content_seq=seq, size=size)
-        self._tables.put("messages", keys.message_key(stream, event.index), encode_record(slot))
-        if meta.messages == 0:
-            meta.first_ms = event.at_ms
-        meta.last_ms = max(meta.last_ms, event.at_ms)
+        tables.put("messages", keys.message_key(stream, index), encode_record(slot))
+        if index == 0:
+            meta.first_ms = at_ms
+        if at_ms > meta.last_ms:
+            meta.last_ms = at_ms
         meta.messages += 1
         meta.unleafed_bytes += size
         meta.tail_bytes += size
-        self._postings.add(stream, event.index, indexed_text(event.content, event.attachments))
+        self._postings.add(stream, index, indexed_text(event.content, event.attachments))
 
     def _slot(self, stream: StreamId, index: int, message_id: int) -> MessageSlot:
         if not (0 <= index <= keys.MAX_U64 and 0 <= message_id <= keys.MAX_U64):

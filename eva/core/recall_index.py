@@ -6,9 +6,9 @@
 #   P + term UTF-8 + b"\x00" + bucket (u32 BE)  ->  the bucket's postings
 #   P + b"\x00"                                 ->  the stream's totals
 # A bucket holds the messages `bucket * 4096 .. bucket * 4096 + 4095`. Its
-# value is three little-endian arrays of the same length n, sorted by index:
-# offsets in the bucket (u16), document lengths in terms (u16, capped),
-# term frequencies (u8, capped). The totals are the summed document length
+# value is one 5-byte record per message holding the term, sorted by index:
+# offset in the bucket (u16 LE), document length in terms (u16 LE, capped),
+# term frequency (u8, capped). The totals are the summed document length
 # (u64 BE) then the number of indexed messages per bucket (u32 BE each), up to
 # the last bucket that has one.
 # Invariants: the bytes are a function of the set of indexed (index, text)
@@ -19,22 +19,23 @@ from __future__ import annotations
 
 import heapq
 import math
-import re
 import struct
 import sys
-import unicodedata
 from array import array
-from collections import Counter, defaultdict
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final, TypeAlias
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Final
+
+import msgspec
 
 from eva.core.keys import StreamId, Table, stream_prefix
+from eva.core.terms import term_bytes, terms
 
 if TYPE_CHECKING:  # the projector imports this module
     from eva.core.projection import Tables
 
 POSTINGS: Final[Table] = "postings"
-MAX_TERM_CHARS: Final = 40
 BUCKET_BITS: Final = 12
 BUCKET_SIZE: Final = 1 << BUCKET_BITS
 # A term in more messages than this is scored only for messages that rarer
@@ -48,46 +49,12 @@ _MAX_LENGTH: Final = 0xFFFF
 _OFFSET_MASK: Final = BUCKET_SIZE - 1
 _TERM_END: Final = b"\x00"
 _TOTALS_SUFFIX: Final = b"\x00"
-_REMOVED: Final = -1
+_POSTING = struct.Struct("<HHB")  # offset, document length, term frequency
+_OFFSET = struct.Struct("<H")
 _U32 = struct.Struct(">I")
-_ONE_POSTING = struct.Struct("<HHB")
 _U64 = struct.Struct(">Q")
 _SWAP: Final = sys.byteorder == "big"
-assert array("H").itemsize == 2, "postings need 2-byte array('H')"
 assert array("I").itemsize == 4, "totals need 4-byte array('I')"
-
-# Han, kana and CJK compatibility ideographs: each character is its own term,
-# since these scripts do not put spaces between words.
-_CJK: Final = (
-    "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002fa1f\U00030000-\U0003134f"
-)
-_WORD = re.compile(f"[^\\W_{_CJK}]+|[{_CJK}]")
-_ASCII_WORD = re.compile(r"[a-z0-9]+")
-_NON_ASCII = re.compile(r"[^\x00-\x7f]+")
-
-
-def _drop_marks(match: re.Match[str]) -> str:
-    return "".join(c for c in match.group() if unicodedata.category(c) != "Mn")
-
-
-def terms(text: str) -> list[str]:
-    """The search terms of `text`, in order: words folded in case and accents.
-
-    A word is a run of letters and digits; a Han or kana character is a word
-    alone. Words over 40 characters (hashes, pasted blobs) are dropped.
-    """
-    if text.isascii():
-        folded = text.lower()
-        words = _ASCII_WORD.findall(folded)
-    else:
-        folded = unicodedata.normalize("NFKD", text.casefold())
-        # Recompose what dropping the marks leaves (Hangul jamo into syllables).
-        folded = unicodedata.normalize("NFC", _NON_ASCII.sub(_drop_marks, folded))
-        words = _WORD.findall(folded)
-    if len(folded) > MAX_TERM_CHARS:
-        return [word for word in words if len(word) <= MAX_TERM_CHARS]
-    return words
-
 
 @dataclass(frozen=True, slots=True)
 class SearchResult:
@@ -123,55 +90,127 @@ def _encode_totals(length: int, per_bucket: list[int]) -> bytes | None:
     return _U64.pack(length) + counts.tobytes()
 
 
-def _encode_bucket(offsets: list[int], packed: list[int]) -> bytes:
-    """Postings (sorted offsets, tf << 16 | length) as offsets, lengths, frequencies."""
-    offset_array = array("H", offsets)
-    length_array = array("H", [value & _MAX_LENGTH for value in packed])
-    if _SWAP:
-        offset_array.byteswap()
-        length_array.byteswap()
-    try:
-        frequencies = bytes([value >> 16 for value in packed])
-    except ValueError:  # a term said more than 255 times in one message
-        frequencies = bytes([min(value >> 16, _MAX_TF) for value in packed])
-    return offset_array.tobytes() + length_array.tobytes() + frequencies
-
-
-def _decode_bucket(data: bytes) -> tuple[array[int], array[int], bytes]:
-    """The (offsets, lengths, frequencies) of a bucket's postings."""
-    n = len(data) // 5
-    offsets = array("H", data[: 2 * n])
-    lengths = array("H", data[2 * n : 4 * n])
-    if _SWAP:
-        offsets.byteswap()
-        lengths.byteswap()
-    return offsets, lengths, data[4 * n :]
-
-
-def _bucket_entries(data: bytes) -> dict[int, int]:
-    offsets, lengths, frequencies = _decode_bucket(data)
+def _records_by_offset(data: bytes) -> dict[int, bytes]:
+    """A bucket's postings, each record by its offset."""
+    size = _POSTING.size
     return {
-        offset: (tf << 16) | length
-        for offset, length, tf in zip(offsets, lengths, frequencies, strict=True)
+        _OFFSET.unpack_from(data, start)[0]: data[start : start + size]
+        for start in range(0, len(data), size)
     }
 
 
-def _term_slots() -> defaultdict[str, dict[int, int]]:
-    return defaultdict(dict)
+class PreparedBucket(msgspec.Struct, array_like=True):
+    """One bucket's changes, ready to write: what `PostingBuffer.prepare` makes of texts."""
+
+    number: int
+    added: dict[bytes, bytes]  # term -> the added messages' records, in offset order
+    removed: dict[bytes, list[int]]  # term -> offsets of removed messages that held it
+    docs: int  # change in indexed messages
+    length: int  # change in summed document length
+
+
+class PreparedStream(msgspec.Struct, array_like=True):
+    """A buffer's changes to one stream, ready to write, bucket by bucket."""
+
+    guild_id: int
+    channel_id: int
+    buckets: list[PreparedBucket]
+
+
+@dataclass(slots=True)
+class _BucketChanges:
+    """What one buffer changes in one bucket of one stream, while it is gathered."""
+
+    # term -> the records of the messages added, in offset order
+    added: dict[bytes, list[bytes]] = field(default_factory=dict)
+    # term -> offsets of removed messages that held it
+    removed: defaultdict[bytes, set[int]] = field(default_factory=lambda: defaultdict(set))
+    docs: int = 0  # change in indexed messages
+    length: int = 0  # change in summed document length
 
 
 class _StreamChanges:
-    """What one transaction changes in one stream's index."""
+    """What one transaction changes in one stream's index: the texts before and after."""
 
-    __slots__ = ("docs", "length", "postings", "removed")
+    __slots__ = ("added", "removed")
 
     def __init__(self) -> None:
-        # bucket -> term -> {offset: tf << 16 | length, or _REMOVED}; the last
-        # change to a message wins, so remove-then-add (an edit) keeps the add.
-        self.postings: defaultdict[int, defaultdict[str, dict[int, int]]] = defaultdict(_term_slots)
-        self.removed: set[int] = set()  # indexes removed in this buffer
-        self.docs: dict[int, int] = {}  # bucket -> change in indexed messages
-        self.length = 0  # change in summed document length
+        self.added: dict[int, str] = {}  # index -> text indexed once the buffer is written
+        self.removed: dict[int, str] = {}  # index -> text indexed before, to be taken out
+
+    def prepare(self) -> list[PreparedBucket]:
+        """The changes gathered per bucket; an index both removed and added is an edit."""
+        buckets: defaultdict[int, _BucketChanges] = defaultdict(_BucketChanges)
+        for index, text in self.removed.items():
+            words = term_bytes(text)
+            if words:
+                bucket = buckets[index >> BUCKET_BITS]
+                offset = index & _OFFSET_MASK
+                for word in set(words):
+                    bucket.removed[word].add(offset)
+                bucket.docs -= 1
+                bucket.length -= min(len(words), _MAX_LENGTH)
+        _gather_added(buckets, sorted(self.added.items()))
+        return [
+            PreparedBucket(
+                number,
+                dict(zip(bucket.added, map(b"".join, bucket.added.values()), strict=True)),
+                {term: sorted(offsets) for term, offsets in bucket.removed.items()},
+                bucket.docs,
+                bucket.length,
+            )
+            for number, bucket in buckets.items()
+        ]
+
+
+def _gather_added(
+    buckets: defaultdict[int, _BucketChanges], texts: Iterable[tuple[int, str]]
+) -> None:
+    """Add the records of `texts` ((index, text) in index order) to their buckets.
+
+    Each message appends its record once to the list of each of its words;
+    the lists stay in offset order. This loop is most of the index's cost.
+    """
+    number = -1
+    bucket = _BucketChanges()
+    postings: dict[bytes, list[bytes]] = {}
+    pack = _POSTING.pack
+    for index, text in texts:
+        words = term_bytes(text)
+        if not words:
+            continue
+        if index >> BUCKET_BITS != number:
+            number = index >> BUCKET_BITS
+            bucket = buckets[number]
+            postings = bucket.added
+        length = min(len(words), _MAX_LENGTH)
+        bucket.docs += 1
+        bucket.length += length
+        record = pack(index & _OFFSET_MASK, length, 1)
+        repeats: dict[bytes, int] | None = None
+        get = postings.get
+        for word in words:
+            records = get(word)
+            if records is None:
+                postings[word] = [record]
+            elif records[-1] is not record:
+                records.append(record)
+            elif repeats is None:  # this message's record is in the list already
+                repeats = {word: 2}
+            else:
+                repeats[word] = repeats.get(word, 1) + 1
+        if repeats is not None:  # the record in those words' lists carries how often
+            for word, tf in repeats.items():
+                postings[word][-1] = pack(index & _OFFSET_MASK, length, min(tf, _MAX_TF))
+
+
+class StreamTexts(msgspec.Struct, array_like=True):
+    """A buffer's changes to one stream: texts to index and texts to take out, by index."""
+
+    guild_id: int
+    channel_id: int
+    added: dict[int, str]
+    removed: dict[int, str]
 
 
 class PostingBuffer:
@@ -186,136 +225,159 @@ class PostingBuffer:
     def __init__(self) -> None:
         self._streams: dict[StreamId, _StreamChanges] = {}
 
-    def add(self, stream: StreamId, index: int, text: str) -> None:
-        """Index message `index` as saying `text` (it must not be indexed already)."""
-        self._record(stream, index, text, adding=True)
-
-    def remove(self, stream: StreamId, index: int, text: str) -> None:
-        """Unindex message `index`; `text` is what was indexed for it."""
-        self._record(stream, index, text, adding=False)
-
-    def _record(self, stream: StreamId, index: int, text: str, *, adding: bool) -> None:
-        words = terms(text)
-        if not words:
-            return
-        length = min(len(words), _MAX_LENGTH)
+    def _changes(self, stream: StreamId) -> _StreamChanges:
         changes = self._streams.get(stream)
         if changes is None:
             changes = self._streams[stream] = _StreamChanges()
-        bucket = index >> BUCKET_BITS
-        postings = changes.postings[bucket]
-        offset = index & _OFFSET_MASK
-        if not adding:
-            changes.removed.add(index)
-            for term in words:
-                postings[term][offset] = _REMOVED
-        elif index in changes.removed:
-            # Removed earlier in this buffer (an edit): overwrite the markers.
-            for term, tf in Counter(words).items():
-                postings[term][offset] = (tf << 16) | length
+        return changes
+
+    def add(self, stream: StreamId, index: int, text: str) -> None:
+        """Index message `index` as saying `text` (it must not be indexed already)."""
+        self._changes(stream).added[index] = text
+
+    def remove(self, stream: StreamId, index: int, text: str) -> None:
+        """Unindex message `index`; `text` is what was indexed for it."""
+        changes = self._changes(stream)
+        if index in changes.added:  # added in this buffer: as if never added
+            del changes.added[index]
         else:
-            first = (1 << 16) | length
-            for term in words:
-                slots = postings[term]
-                if offset in slots:
-                    slots[offset] += 1 << 16
-                else:
-                    slots[offset] = first
-        step = 1 if adding else -1
-        changes.docs[bucket] = changes.docs.get(bucket, 0) + step
-        changes.length += step * length
+            changes.removed.setdefault(index, text)
+
+    def changes(self) -> list[StreamTexts]:
+        """What the buffer holds, per stream: the texts to index and those to take out."""
+        return [
+            StreamTexts(stream.guild_id, stream.channel_id, changes.added, changes.removed)
+            for stream, changes in self._streams.items()
+        ]
+
+    @classmethod
+    def of_changes(cls, streams: Iterable[StreamTexts]) -> PostingBuffer:
+        """A buffer holding what `changes` gave."""
+        buffer = cls()
+        for texts in streams:
+            changes = buffer._changes(StreamId(texts.guild_id, texts.channel_id))
+            changes.added.update(texts.added)
+            changes.removed.update(texts.removed)
+        return buffer
+
+    def prepare(self) -> list[PreparedStream]:
+        """The buffer's changes made ready to write: the costly part of `flush`, and pure."""
+        return [
+            PreparedStream(stream.guild_id, stream.channel_id, changes.prepare())
+            for stream, changes in self._streams.items()
+        ]
 
     def flush(self, tables: Tables) -> None:
         """Write every collected change into `tables`."""
-        for stream, changes in self._streams.items():
-            prefix = stream_prefix(stream)
-            for bucket, by_term in changes.postings.items():
-                suffix = _TERM_END + _U32.pack(bucket)
-                for term, slots in by_term.items():
-                    _write_bucket(tables, prefix + term.encode() + suffix, slots)
-            _write_totals(tables, prefix, changes)
+        write_prepared(tables, self.prepare())
 
 
-def _write_bucket(tables: Tables, key: bytes, slots: dict[int, int]) -> None:
-    """Apply the changes {offset: posting or _REMOVED} to one (term, bucket) key."""
-    old = tables.get(POSTINGS, key)
-    if old is None:
-        if len(slots) == 1:
-            ((offset, value),) = slots.items()
-            if value != _REMOVED:
-                tf = min(value >> 16, _MAX_TF)
-                tables.put(POSTINGS, key, _ONE_POSTING.pack(offset, value & _MAX_LENGTH, tf))
-            return
-        offsets = sorted(slots)
-        values = list(map(slots.__getitem__, offsets))
-        if _REMOVED not in values:
-            tables.put(POSTINGS, key, _encode_bucket(offsets, values))
-            return
-    else:
-        offsets = sorted(slots)
-        values = list(map(slots.__getitem__, offsets))
-        count = len(old) // 5
-        last = int.from_bytes(old[2 * count - 2 : 2 * count], "little")
-        if offsets[0] > last and _REMOVED not in values:
-            # New messages after every stored one (the live case): the arrays
-            # grow at their ends, with the same bytes a full re-encoding gives.
-            new = _encode_bucket(offsets, values)
-            more = len(offsets)
-            tables.put(
-                POSTINGS,
-                key,
-                old[: 2 * count]
-                + new[: 2 * more]
-                + old[2 * count : 4 * count]
-                + new[2 * more : 4 * more]
-                + old[4 * count :]
-                + new[4 * more :],
-            )
-            return
-    entries = {} if old is None else _bucket_entries(old)
-    for offset, value in slots.items():
-        if value == _REMOVED:
-            entries.pop(offset, None)
+def write_prepared(tables: Tables, streams: Iterable[PreparedStream]) -> None:
+    """Write changes that `PostingBuffer.prepare` made, as its `flush` would."""
+    for prepared in streams:
+        prefix = stream_prefix(StreamId(prepared.guild_id, prepared.channel_id))
+        totals = _Totals.read(tables, prefix)
+        for bucket in prepared.buckets:
+            if totals.indexed(bucket.number):
+                _write_bucket(tables, prefix, bucket)
+            else:
+                _write_new_bucket(tables, prefix, bucket)
+            totals.change(bucket)
+        totals.write(tables, prefix)
+
+
+def _write_new_bucket(tables: Tables, prefix: bytes, bucket: PreparedBucket) -> None:
+    """Write a bucket that has no indexed message yet, so none of its keys exists."""
+    suffix = _TERM_END + _U32.pack(bucket.number)
+    keys = [prefix + term + suffix for term in bucket.added]
+    tables.put_many(POSTINGS, zip(keys, bucket.added.values(), strict=True))
+
+
+def _write_bucket(tables: Tables, prefix: bytes, bucket: PreparedBucket) -> None:
+    """Apply one bucket's changes, reading and writing each of its keys once."""
+    suffix = _TERM_END + _U32.pack(bucket.number)
+    get, put = tables.get, tables.put
+    removed = bucket.removed
+    for term, added in bucket.added.items():
+        key = prefix + term + suffix
+        old = get(POSTINGS, key)
+        if old is None:
+            put(POSTINGS, key, added)
+        elif term not in removed and _OFFSET.unpack_from(added)[0] > _last_offset(old):
+            # New messages after every stored one (the live case): the records
+            # grow at the end, with the same bytes a full re-encoding gives.
+            put(POSTINGS, key, old + added)
         else:
-            entries[offset] = value
-    if entries:
-        offsets = sorted(entries)
-        tables.put(POSTINGS, key, _encode_bucket(offsets, list(map(entries.__getitem__, offsets))))
-    elif old is not None:
+            _merge_postings(tables, key, old, added, removed.get(term, []))
+    for term, offsets in removed.items():
+        if term not in bucket.added:
+            key = prefix + term + suffix
+            old = get(POSTINGS, key)
+            if old is not None:
+                _merge_postings(tables, key, old, b"", offsets)
+
+
+def _merge_postings(
+    tables: Tables, key: bytes, old: bytes, added: bytes, removed: Iterable[int]
+) -> None:
+    """Write the records of `old` but `removed` with `added` over them (or delete the key)."""
+    records = _records_by_offset(old)
+    for offset in removed:
+        records.pop(offset, None)
+    records.update(_records_by_offset(added))
+    if records:
+        tables.put(POSTINGS, key, b"".join([records[offset] for offset in sorted(records)]))
+    else:
         tables.delete(POSTINGS, key)
 
 
-def _write_totals(tables: Tables, prefix: bytes, changes: _StreamChanges) -> None:
-    key = _totals_key(prefix)
-    old = tables.get(POSTINGS, key)
-    length, per_bucket = _decode_totals(old)
-    for bucket, step in changes.docs.items():
-        if bucket >= len(per_bucket):
-            per_bucket.extend([0] * (bucket + 1 - len(per_bucket)))
-        per_bucket[bucket] += step
-    data = _encode_totals(length + changes.length, per_bucket)
-    if data is not None:
-        tables.put(POSTINGS, key, data)
-    elif old is not None:
-        tables.delete(POSTINGS, key)
+def _last_offset(data: bytes) -> int:
+    offset: int = _OFFSET.unpack_from(data, len(data) - _POSTING.size)[0]
+    return offset
 
 
-_Postings: TypeAlias = "list[tuple[int, array[int], array[int], bytes]]"
+class _Totals:
+    """A stream's totals record while a flush changes it."""
+
+    def __init__(self, old: bytes | None) -> None:
+        self.old = old
+        self.length, self.per_bucket = _decode_totals(old)
+
+    @classmethod
+    def read(cls, tables: Tables, prefix: bytes) -> _Totals:
+        return cls(tables.get(POSTINGS, _totals_key(prefix)))
+
+    def indexed(self, number: int) -> int:
+        """How many messages of a bucket are indexed."""
+        return self.per_bucket[number] if number < len(self.per_bucket) else 0
+
+    def change(self, bucket: PreparedBucket) -> None:
+        per_bucket = self.per_bucket
+        if bucket.number >= len(per_bucket):
+            per_bucket.extend([0] * (bucket.number + 1 - len(per_bucket)))
+        per_bucket[bucket.number] += bucket.docs
+        self.length += bucket.length
+
+    def write(self, tables: Tables, prefix: bytes) -> None:
+        data = _encode_totals(self.length, self.per_bucket)
+        if data is not None:
+            tables.put(POSTINGS, _totals_key(prefix), data)
+        elif self.old is not None:
+            tables.delete(POSTINGS, _totals_key(prefix))
 
 
 def _read_postings(
     tables: Tables, prefix: bytes, term: str, buckets: list[int]
-) -> tuple[_Postings, int]:
-    """A term's postings per bucket (base index, offsets, lengths, tfs) and its df."""
+) -> tuple[list[tuple[int, bytes]], int]:
+    """A term's postings per bucket (base index, records) and its df."""
     base = prefix + term.encode() + _TERM_END
-    found: _Postings = []
+    found: list[tuple[int, bytes]] = []
     df = 0
     for bucket in buckets:
         data = tables.get(POSTINGS, base + _U32.pack(bucket))
         if data is not None:
-            offsets, lengths, frequencies = _decode_bucket(data)
-            found.append((bucket << BUCKET_BITS, offsets, lengths, frequencies))
-            df += len(offsets)
+            found.append((bucket << BUCKET_BITS, data))
+            df += len(data) // _POSTING.size
     return found, df
 
 
@@ -338,7 +400,7 @@ def search(tables: Tables, stream: StreamId, query: str, limit: int) -> SearchRe
     if documents == 0 or limit <= 0:
         return SearchResult([], 0)
     buckets = [bucket for bucket, count in enumerate(per_bucket) if count]
-    found: list[tuple[int, str, _Postings]] = []
+    found: list[tuple[int, str, list[tuple[int, bytes]]]] = []
     for term in dict.fromkeys(terms(query)):
         postings, df = _read_postings(tables, prefix, term, buckets)
         if df:
@@ -355,17 +417,17 @@ def search(tables: Tables, stream: StreamId, query: str, limit: int) -> SearchRe
         if df > COMMON_DF and rare_found >= limit:
             if matched is None:
                 matched = set(scores)
-            for base, offsets, lengths, frequencies in postings:
-                matched.update(map(base.__add__, offsets))
-                for offset, doc_length, tf in zip(offsets, lengths, frequencies, strict=True):
+            for base, data in postings:
+                for offset, doc_length, tf in _POSTING.iter_unpack(data):
                     index = base + offset
+                    matched.add(index)
                     score = scores.get(index)
                     if score is not None:
                         norm = tf + constant + length_weight * doc_length
                         scores[index] = score + weight * tf / norm
             continue
-        for base, offsets, lengths, frequencies in postings:
-            for offset, doc_length, tf in zip(offsets, lengths, frequencies, strict=True):
+        for base, data in postings:
+            for offset, doc_length, tf in _POSTING.iter_unpack(data):
                 index = base + offset
                 norm = tf + constant + length_weight * doc_length
                 scores[index] = scores.get(index, 0.0) + weight * tf / norm

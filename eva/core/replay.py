@@ -1,43 +1,65 @@
 # Replay: rebuild a stream's projections from its events alone, and digest them.
 #
 # Pure: it takes stored event bytes and returns tables and digests. The shell
-# compares the rebuilt tables with the live ones, byte for byte.
+# compares the rebuilt tables with the live ones, byte for byte, by their
+# digests (eva.core.digest).
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Iterable
-
-import msgspec
+from itertools import islice
 
 from eva.core import keys
+from eva.core.digest import TableDigests, combined_digest, table_digest
 from eva.core.events import decode_event
-from eva.core.keys import PROJECTION_TABLES, StreamId
+from eva.core.keys import PROJECTION_TABLES, StreamId, Table
 from eva.core.memtables import MemoryTables
 from eva.core.projection import Projector, Tables
+from eva.core.recall_index import PostingBuffer
 
-ProjectionRows = dict[keys.Table, list[tuple[bytes, bytes]]]
+ProjectionRows = dict[Table, list[tuple[bytes, bytes]]]
+
+# Events applied between two hand-overs of the recall index's changes.
+POSTINGS_BATCH = 4096
 
 
 def rebuild(
     stream: StreamId,
-    stored_events: Iterable[tuple[int, bytes]],
+    stored_events: Iterable[tuple[bytes, bytes]],
     progress: Callable[[int], None] | None = None,
+    write_postings: Callable[[PostingBuffer], None] | None = None,
 ) -> MemoryTables:
-    """The projections of one stream, applied from its first event on."""
+    """The projections of one stream, applied from its first event on.
+
+    `stored_events` are the stream's entries of the events table, (key,
+    stored bytes) in key order. The tables hold that stream's entries and
+    nothing else. Given `write_postings`, the recall index's changes go to it
+    instead, one buffer per `POSTINGS_BATCH` events, and the tables hold no
+    postings.
+    """
     tables = MemoryTables()
-    projector = Projector(tables)
-    apply = projector.apply
-    count = 0
-    for seq, data in stored_events:
-        tables.put("events", keys.event_key(stream, seq), data)
-        apply(stream, seq, decode_event(data))
-        count += 1
-        if progress is not None and count % 8192 == 0:
-            progress(8192)
-    if progress is not None:
-        progress(count % 8192)
-    projector.flush()
+    events = iter(stored_events)
+    batch_size = None if write_postings is None else POSTINGS_BATCH
+    while batch := list(islice(events, batch_size)):
+        postings = None if write_postings is None else PostingBuffer()
+        projector = Projector(tables, postings)
+        _apply(tables, projector, stream, batch)
+        projector.flush()
+        if write_postings is not None and postings is not None:
+            write_postings(postings)
+        if progress is not None:
+            progress(len(batch))
     return tables
+
+
+def _apply(
+    tables: MemoryTables, projector: Projector, stream: StreamId, events: list[tuple[bytes, bytes]]
+) -> None:
+    # The projector reads earlier events (an edit, its message); later ones
+    # being there already changes nothing.
+    tables.put_many("events", events)
+    apply = projector.apply
+    for key, data in events:
+        apply(stream, keys.seq_of(key), decode_event(data))
 
 
 def projection_rows(tables: Tables, stream: StreamId) -> ProjectionRows:
@@ -47,12 +69,26 @@ def projection_rows(tables: Tables, stream: StreamId) -> ProjectionRows:
     return {table: list(tables.scan(table, prefix, end)) for table in PROJECTION_TABLES}
 
 
+def table_digests(rows: ProjectionRows) -> TableDigests:
+    return {table: table_digest(rows.get(table, [])) for table in PROJECTION_TABLES}
+
+
 def digest(rows: ProjectionRows) -> str:
-    """A SHA-256 over every table name, key and value, in order (as one msgpack document)."""
-    document = [(table, rows.get(table, [])) for table in PROJECTION_TABLES]
-    return hashlib.sha256(msgspec.msgpack.encode(document)).hexdigest()
+    """The digest of a stream's projections (see `combined_digest`)."""
+    return combined_digest(table_digests(rows))
 
 
-def differing_tables(live: ProjectionRows, rebuilt: ProjectionRows) -> list[str]:
-    """The tables whose entries are not byte-for-byte equal."""
-    return [t for t in PROJECTION_TABLES if live.get(t, []) != rebuilt.get(t, [])]
+def rebuilt_digests(
+    rebuilt: MemoryTables, live_rows: ProjectionRows, live: TableDigests
+) -> TableDigests:
+    """The digests of the rebuilt tables, given the live rows and their digests.
+
+    A table that holds exactly the live rows has the live digest; only one
+    that differs is digested on its own.
+    """
+    return {
+        table: live[table]
+        if rebuilt.holds(table, live_rows[table])
+        else table_digest(rebuilt.rows(table))
+        for table in PROJECTION_TABLES
+    }

@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 import shutil
 import threading
-from collections.abc import Callable, Iterator
-from itertools import islice
+from collections.abc import Callable, Iterable, Iterator
+from itertools import islice, takewhile
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -45,17 +45,27 @@ class LmdbTables:
     def put(self, table: Table, key: bytes, value: bytes) -> None:
         self._txn.put(key, value, db=self._dbs[table])
 
+    def put_many(self, table: Table, entries: Iterable[tuple[bytes, bytes]]) -> None:
+        self._txn.cursor(db=self._dbs[table]).putmulti(entries)
+
     def delete(self, table: Table, key: bytes) -> None:
         self._txn.delete(key, db=self._dbs[table])
 
     def scan(self, table: Table, start: bytes, stop: bytes) -> Iterator[tuple[bytes, bytes]]:
-        cursor = self._txn.cursor(db=self._dbs[table])
-        if not cursor.set_range(start):
-            return
-        for key, value in cursor.iternext():
-            if key >= stop:
-                return
-            yield key, value
+        """Entries with start <= key < stop, in key order, iterated in C."""
+        db = self._dbs[table]
+        entries = self._txn.cursor(db=db)
+        if not entries.set_range(start):
+            return iter(())
+        if not self._txn.cursor(db=db).set_range(stop):  # no key from `stop` on
+            return entries.iternext()  # type: ignore[no-any-return]
+        # Two cursors in step: one yields the keys below `stop`, the other the
+        # value of each key it yields (zip stops at the first key past the
+        # range, before taking a value for it).
+        values = self._txn.cursor(db=db)
+        values.set_range(start)
+        below = takewhile(stop.__gt__, entries.iternext(values=False))
+        return zip(below, values.iternext(keys=False), strict=False)
 
 
 class _Reading:

@@ -1,17 +1,34 @@
 # Replay against the live store: rebuild each stream and compare, byte for byte.
 #
 # One read transaction per stream, so the events and the live projections it
-# compares are the same snapshot even while a writer keeps appending.
+# compares are the same snapshot even while a writer keeps appending. A long
+# stream's recall index is rebuilt by an index worker process from the index
+# changes this process hands it, while this process rebuilds the rest and
+# digests the live tables; the two halves meet in the digests. A short
+# stream is all done here: starting a worker would cost more than it saves.
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from eva.core import keys
-from eva.core.keys import StreamId
+from eva.core.digest import (
+    TableDigests,
+    combined_digest,
+    differing_tables,
+    encoded_digest,
+    encoded_rows,
+)
+from eva.core.keys import PROJECTION_TABLES, StreamId
 from eva.core.projection import read_meta
-from eva.core.replay import differing_tables, digest, projection_rows, rebuild
+from eva.core.recall_index import POSTINGS
+from eva.core.replay import rebuild, rebuilt_digests
 from eva.store.event_store import EventStore
+from eva.store.index_worker import IndexWorker, open_index_worker
+from eva.store.no_gc import no_cyclic_gc
+
+# From this many events on, a stream's recall index is rebuilt in a worker.
+INDEX_WORKER_MIN_EVENTS = 16384
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,21 +45,58 @@ class ReplayResult:
 
 
 def replay_stream(
-    store: EventStore, stream: StreamId, progress: Callable[[int], None] | None = None
+    store: EventStore,
+    stream: StreamId,
+    progress: Callable[[int], None] | None = None,
+    *,
+    index_worker_min_events: int = INDEX_WORKER_MIN_EVENTS,
 ) -> ReplayResult:
     """Rebuild one stream's projections from its events and compare with the live ones."""
+    meta = store.meta(stream)
+    with no_cyclic_gc():
+        if meta is None or meta.position < index_worker_min_events:
+            return _replay(store, stream, progress, None)
+        with open_index_worker() as worker:
+            return _replay(store, stream, progress, worker)
+
+
+def _replay(
+    store: EventStore,
+    stream: StreamId,
+    progress: Callable[[int], None] | None,
+    worker: IndexWorker | None,
+) -> ReplayResult:
     prefix = keys.stream_prefix(stream)
+    end = keys.prefix_end(prefix)
     with store.backend.reading() as tables:
-        stored = tables.scan("events", prefix, keys.prefix_end(prefix))
-        rebuilt_tables = rebuild(stream, ((keys.seq_of(k), v) for k, v in stored), progress)
-        live = projection_rows(tables, stream)
-    rebuilt = projection_rows(rebuilt_tables, stream)
+        rebuilt_tables = rebuild(
+            stream,
+            tables.scan("events", prefix, end),
+            progress,
+            None if worker is None else worker.write,
+        )
+        live_rows = {table: list(tables.scan(table, prefix, end)) for table in PROJECTION_TABLES}
+    encoded = {table: encoded_rows(rows) for table, rows in live_rows.items()}
+    if worker is not None:
+        worker.send_live(encoded[POSTINGS])
+        _prepare_the_latest(worker)
+    live: TableDigests = {table: encoded_digest(data) for table, data in encoded.items()}
+    rebuilt = rebuilt_digests(rebuilt_tables, live_rows, live)
+    if worker is not None:  # the postings were rebuilt there, not in rebuilt_tables
+        rebuilt[POSTINGS] = worker.compare() or live[POSTINGS]
     rebuilt_meta = read_meta(rebuilt_tables, stream)
-    events = 0 if rebuilt_meta is None else rebuilt_meta.position
     return ReplayResult(
         stream=stream,
-        events=events,
-        live_digest=digest(live),
-        rebuilt_digest=digest(rebuilt),
+        events=0 if rebuilt_meta is None else rebuilt_meta.position,
+        live_digest=combined_digest(live),
+        rebuilt_digest=combined_digest(rebuilt),
         differing=tuple(differing_tables(live, rebuilt)),
     )
+
+
+def _prepare_the_latest(worker: IndexWorker) -> None:
+    """Prepare here the buffers the worker has not started, from the latest back,
+    until it has started them all: the two processes meet about in the middle."""
+    while (taken := worker.take_last()) is not None:
+        slot, postings = taken
+        worker.fill(slot, postings.prepare())
