@@ -311,6 +311,23 @@ def test_incremental_index_equals_index_built_at_once(
     assert postings(tables) == postings(index_all(live))
 
 
+@settings(max_examples=40, deadline=None)
+@given(
+    texts=st.lists(st.sampled_from(["alpha beta", "beta", "gamma alpha alpha", "delta", "!"]),
+                   min_size=1, max_size=150),
+    indexed=st.integers(0, 150),
+    query=st.sampled_from(["alpha", "beta gamma", "delta alpha", "zeta"]),
+)
+def test_unindexed_messages_are_searched_as_if_indexed(
+    texts: list[str], indexed: int, query: str
+) -> None:
+    every = dict(enumerate(texts))
+    cut = min(indexed, len(texts))
+    partial = index_all({i: t for i, t in every.items() if i < cut})
+    rest = [(i, t) for i, t in every.items() if i >= cut]
+    assert search(partial, STREAM, query, 5, rest) == search(index_all(every), STREAM, query, 5)
+
+
 # -- the tool's text ----------------------------------------------------------
 
 

@@ -28,7 +28,8 @@ from eva.core.events import (
     ToolCalled,
 )
 from eva.core.keys import StreamId
-from eva.core.projection import Rejected
+from eva.core.projection import INDEX_CHUNK, Rejected
+from eva.core.recall_index import search
 from eva.core.render import LINE_LIMIT_BYTES
 from eva.store import lmdb_kv
 from eva.store.event_store import READ_CHUNK, Appended, Batch, EventStore
@@ -368,6 +369,35 @@ class StoreContract:
             range(READ_CHUNK - 1, count)
         )
         assert len(list(store.raw_events(A, 5, READ_CHUNK * 2 + 5))) == READ_CHUNK * 2
+        assert_replays(store)
+
+
+    def test_recall_indexes_messages_in_whole_chunks_with_their_text_then(
+        self, store: EventStore
+    ) -> None:
+        def indexed(query: str) -> list[int]:
+            with store.backend.reading() as tables:
+                return sorted(index for index, _ in search(tables, A, query, 100).hits)
+
+        def postings() -> list[bytes]:
+            prefix = keys.stream_prefix(A)
+            with store.backend.reading() as tables:
+                return [key for key, _ in tables.scan("postings", prefix, keys.prefix_end(prefix))]
+
+        chunk = INDEX_CHUNK
+        store.append(A, [posted(i, f"word{i} common") for i in range(chunk - 1)])
+        assert postings() == [], "an open chunk is not in the index"
+        # Edited and deleted before their chunk fills: indexed as they read then.
+        store.append(A, [MessageEdited(at_ms=5, index=3, message_id=1003, content="fresh")])
+        store.append(A, [MessageDeleted(at_ms=6, index=4, message_id=1004)])
+        store.append(A, [posted(chunk - 1, "last common")])
+        assert indexed("common") == [i for i in range(chunk) if i not in (3, 4)]
+        assert indexed("fresh") == [3] and indexed("word3") == [] and indexed("word4") == []
+        # Once indexed, an edit changes the index at once.
+        store.append(A, [MessageEdited(at_ms=7, index=5, message_id=1005, content="later")])
+        assert indexed("later") == [5] and indexed("word5") == []
+        store.append(A, [posted(chunk, "next chunk")])
+        assert indexed("next") == [], "the next chunk waits until it fills"
         assert_replays(store)
 
 

@@ -58,6 +58,18 @@ class Tables(Protocol):
         ...
 
 
+INDEX_CHUNK = 64
+"""Messages enter the recall index in whole chunks of this many, when a chunk fills.
+
+Indexing a chunk at once writes each of its words' keys once, not once per
+message; recall reads the messages of the open chunk directly."""
+
+
+def indexed_upto(messages: int) -> int:
+    """How many of a stream's first messages the recall index covers: its whole chunks."""
+    return messages - messages % INDEX_CHUNK
+
+
 class Rejected(ValueError):
     """An event that cannot be applied to the stream as it stands."""
 
@@ -82,6 +94,9 @@ class Projector:
         self._metas: dict[StreamId, StreamMeta] = {}
         self._writes_postings = postings is None
         self._postings = PostingBuffer() if postings is None else postings
+        # Texts of the open chunk's messages posted or edited in this
+        # transaction (None once erased), so filling a chunk reads few events.
+        self._open_texts: dict[StreamId, dict[int, str | None]] = {}
 
     def meta(self, stream: StreamId) -> StreamMeta:
         """The stream's record as it stands in this transaction (new if unknown)."""
@@ -163,7 +178,41 @@ class Projector:
         meta.messages += 1
         meta.unleafed_bytes += size
         meta.tail_bytes += size
-        self._postings.add(stream, index, indexed_text(event.content, event.attachments))
+        self._open_text(stream, index, indexed_text(event.content, event.attachments))
+        if meta.messages % INDEX_CHUNK == 0:
+            self._index_chunk(stream, meta.messages - INDEX_CHUNK, meta.messages)
+
+    def _open_text(self, stream: StreamId, index: int, text: str | None) -> None:
+        texts = self._open_texts.get(stream)
+        if texts is None:
+            texts = self._open_texts[stream] = {}
+        texts[index] = text
+
+    def _index_chunk(self, stream: StreamId, start: int, stop: int) -> None:
+        """Index the messages start..stop-1 that are not erased, with their text now."""
+        texts = self._open_texts.get(stream, {})
+        for index in range(start, stop):
+            if index in texts:
+                text = texts.pop(index)
+            else:
+                data = self._tables.get("messages", keys.message_key(stream, index))
+                if data is None:
+                    raise Rejected(f"{stream}: message {index} is missing from its chunk")
+                slot = decode_slot(data)
+                text = None if slot.deleted else self._indexed(stream, slot)
+            if text is not None:
+                self._postings.add(stream, index, text)
+
+    def _reindex(
+        self, stream: StreamId, meta: StreamMeta, index: int, old: MessageSlot, text: str | None
+    ) -> None:
+        """Message `index` says `text` now (None: erased); `old` is its slot before."""
+        if index >= indexed_upto(meta.messages):
+            self._open_text(stream, index, text)  # its chunk is indexed when it fills
+            return
+        self._postings.remove(stream, index, self._indexed(stream, old))
+        if text is not None:
+            self._postings.add(stream, index, text)
 
     def _slot(self, stream: StreamId, index: int, message_id: int) -> MessageSlot:
         if not (0 <= index <= keys.MAX_U64 and 0 <= message_id <= keys.MAX_U64):
@@ -181,8 +230,8 @@ class Projector:
         posted = self._posted_event(stream, slot)
         size = rendered_size(posted.author_name, event.content, event.attachments)
         self._resize(meta, event.index, slot.size, size)
-        self._postings.remove(stream, event.index, self._indexed(stream, slot))
-        self._postings.add(stream, event.index, indexed_text(event.content, event.attachments))
+        text = indexed_text(event.content, event.attachments)
+        self._reindex(stream, meta, event.index, slot, text)
         slot.content_seq = seq
         slot.size = size
         self._tables.put("messages", keys.message_key(stream, event.index), encode_record(slot))
@@ -205,7 +254,7 @@ class Projector:
     def _erase(self, stream: StreamId, meta: StreamMeta, index: int, slot: MessageSlot) -> None:
         """Make a message an erased slot: no text, no size, no postings, lines above stale."""
         self._resize(meta, index, slot.size, 0)
-        self._postings.remove(stream, index, self._indexed(stream, slot))
+        self._reindex(stream, meta, index, slot, None)
         slot.deleted = True
         slot.size = 0
         meta.deleted += 1

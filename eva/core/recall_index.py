@@ -22,7 +22,7 @@ import math
 import struct
 import sys
 from array import array
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
@@ -381,8 +381,41 @@ def _read_postings(
     return found, df
 
 
-def search(tables: Tables, stream: StreamId, query: str, limit: int) -> SearchResult:
+def _open_postings(
+    unindexed: Iterable[tuple[int, str]],
+) -> tuple[dict[str, list[tuple[int, bytes]]], int, int]:
+    """Postings of messages not in the index yet, as the index would hold them.
+
+    Returns them by term (base index, records) with the number of messages
+    that have terms and their summed length. Each message is its own record.
+    """
+    postings: dict[str, list[tuple[int, bytes]]] = defaultdict(list)
+    documents = length = 0
+    for index, text in unindexed:
+        words = terms(text)
+        if not words:
+            continue
+        documents += 1
+        doc_length = min(len(words), _MAX_LENGTH)
+        length += doc_length
+        base, offset = index - (index & _OFFSET_MASK), index & _OFFSET_MASK
+        for term, tf in Counter(words).items():
+            postings[term].append((base, _POSTING.pack(offset, doc_length, min(tf, _MAX_TF))))
+    return postings, documents, length
+
+
+def search(
+    tables: Tables,
+    stream: StreamId,
+    query: str,
+    limit: int,
+    unindexed: Iterable[tuple[int, str]] = (),
+) -> SearchResult:
     """The stream's messages best matching the words of `query`, by BM25.
+
+    `unindexed` are (index, text) of messages the index does not hold yet
+    (the projection indexes messages in whole chunks); they are searched,
+    and weigh in the statistics, exactly as if it held them.
 
     Hits are ranked by score, best first; equal scores put the newer message
     first. `total` counts every message holding at least one query term.
@@ -396,13 +429,18 @@ def search(tables: Tables, stream: StreamId, query: str, limit: int) -> SearchRe
     """
     prefix = stream_prefix(stream)
     length, per_bucket = _decode_totals(tables.get(POSTINGS, _totals_key(prefix)))
-    documents = sum(per_bucket)
+    open_postings, open_documents, open_length = _open_postings(unindexed)
+    documents = sum(per_bucket) + open_documents
+    length += open_length
     if documents == 0 or limit <= 0:
         return SearchResult([], 0)
     buckets = [bucket for bucket, count in enumerate(per_bucket) if count]
     found: list[tuple[int, str, list[tuple[int, bytes]]]] = []
     for term in dict.fromkeys(terms(query)):
         postings, df = _read_postings(tables, prefix, term, buckets)
+        more = open_postings.get(term, [])
+        postings.extend(more)
+        df += len(more)
         if df:
             found.append((df, term, postings))
     found.sort(key=lambda item: (item[0], item[1]))

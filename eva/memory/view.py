@@ -13,6 +13,7 @@ import msgspec
 from eva.core.address import Address, format_address, halves, parse_address
 from eva.core.block import ShownMessage, memory_block, message_line, render_tail
 from eva.core.keys import StreamId
+from eva.core.projection import indexed_text, indexed_upto
 from eva.core.recall import RecallView, recall_view
 from eva.core.recall_index import search
 from eva.core.render import cut_to_bytes, render_line
@@ -199,7 +200,12 @@ def recall(
     meta = store.meta(stream)
     tz = channel_zone(meta, settings)
     with store.backend.reading() as tables:
-        result = search(tables, stream, query, RECALL_HITS)
+        messages = meta.messages if meta is not None else 0
+        unindexed = [
+            (index, indexed_text(message.content, message.attachments))
+            for index, message in read_messages(tables, stream, indexed_upto(messages), messages)
+        ]
+        result = search(tables, stream, query, RECALL_HITS, unindexed)
 
         def message_at(index: int) -> ShownMessage | None:
             message = read_message(tables, stream, index)
