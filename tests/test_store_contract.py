@@ -28,7 +28,7 @@ from eva.core.events import (
     ToolCalled,
 )
 from eva.core.keys import StreamId
-from eva.core.projection import INDEX_CHUNK, Rejected
+from eva.core.projection import INDEX_CHUNK, Rejected, indexed_upto
 from eva.core.recall_index import search
 from eva.core.render import LINE_LIMIT_BYTES
 from eva.store import lmdb_kv
@@ -384,19 +384,27 @@ class StoreContract:
             with store.backend.reading() as tables:
                 return [key for key, _ in tables.scan("postings", prefix, keys.prefix_end(prefix))]
 
-        chunk = INDEX_CHUNK
-        store.append(A, [posted(i, f"word{i} common") for i in range(chunk - 1)])
-        assert postings() == [], "an open chunk is not in the index"
+        # Where A's first chunk ends; the next one is INDEX_CHUNK long.
+        first = next(m for m in range(1, INDEX_CHUNK + 1) if indexed_upto(A, m) == m)
+        second = first + INDEX_CHUNK
+        assert indexed_upto(A, second - 1) == first
+        store.append(A, [posted(i, f"word{i} common") for i in range(second - 1)])
+        assert indexed("common") == list(range(first))
         # Edited and deleted before their chunk fills: indexed as they read then.
-        store.append(A, [MessageEdited(at_ms=5, index=3, message_id=1003, content="fresh")])
-        store.append(A, [MessageDeleted(at_ms=6, index=4, message_id=1004)])
-        store.append(A, [posted(chunk - 1, "last common")])
-        assert indexed("common") == [i for i in range(chunk) if i not in (3, 4)]
-        assert indexed("fresh") == [3] and indexed("word3") == [] and indexed("word4") == []
+        edited, deleted, later = first + 3, first + 4, first + 5
+        store.append(A, [MessageEdited(at_ms=5, index=edited, message_id=1000 + edited,
+                                       content="fresh")])
+        store.append(A, [MessageDeleted(at_ms=6, index=deleted, message_id=1000 + deleted)])
+        assert indexed("fresh") == [], "an open chunk is not in the index"
+        store.append(A, [posted(second - 1, "last common")])
+        assert indexed("common") == [i for i in range(second) if i not in (edited, deleted)]
+        assert indexed("fresh") == [edited]
+        assert indexed(f"word{edited}") == indexed(f"word{deleted}") == []
         # Once indexed, an edit changes the index at once.
-        store.append(A, [MessageEdited(at_ms=7, index=5, message_id=1005, content="later")])
-        assert indexed("later") == [5] and indexed("word5") == []
-        store.append(A, [posted(chunk, "next chunk")])
+        store.append(A, [MessageEdited(at_ms=7, index=later, message_id=1000 + later,
+                                       content="later")])
+        assert indexed("later") == [later] and indexed(f"word{later}") == []
+        store.append(A, [posted(second, "next chunk")])
         assert indexed("next") == [], "the next chunk waits until it fills"
         assert_replays(store)
 

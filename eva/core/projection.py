@@ -62,12 +62,20 @@ INDEX_CHUNK = 64
 """Messages enter the recall index in whole chunks of this many, when a chunk fills.
 
 Indexing a chunk at once writes each of its words' keys once, not once per
-message; recall reads the messages of the open chunk directly."""
+message; recall reads the messages of the open chunk directly. Where the
+chunks start is shifted per channel, so that channels busy at once do not
+all fill a chunk in the same commit."""
 
 
-def indexed_upto(messages: int) -> int:
+def chunk_shift(stream: StreamId) -> int:
+    """How far a stream's chunk boundaries sit before the multiples of INDEX_CHUNK."""
+    mixed = (stream.channel_id * 0x9E3779B97F4A7C15) & 0xFFFF_FFFF_FFFF_FFFF
+    return (mixed >> 32) % INDEX_CHUNK
+
+
+def indexed_upto(stream: StreamId, messages: int) -> int:
     """How many of a stream's first messages the recall index covers: its whole chunks."""
-    return messages - messages % INDEX_CHUNK
+    return max(0, messages - (messages + chunk_shift(stream)) % INDEX_CHUNK)
 
 
 class Rejected(ValueError):
@@ -179,8 +187,8 @@ class Projector:
         meta.unleafed_bytes += size
         meta.tail_bytes += size
         self._open_text(stream, index, indexed_text(event.content, event.attachments))
-        if meta.messages % INDEX_CHUNK == 0:
-            self._index_chunk(stream, meta.messages - INDEX_CHUNK, meta.messages)
+        if indexed_upto(stream, meta.messages) == meta.messages:
+            self._index_chunk(stream, max(0, meta.messages - INDEX_CHUNK), meta.messages)
 
     def _open_text(self, stream: StreamId, index: int, text: str | None) -> None:
         texts = self._open_texts.get(stream)
@@ -207,7 +215,7 @@ class Projector:
         self, stream: StreamId, meta: StreamMeta, index: int, old: MessageSlot, text: str | None
     ) -> None:
         """Message `index` says `text` now (None: erased); `old` is its slot before."""
-        if index >= indexed_upto(meta.messages):
+        if index >= indexed_upto(stream, meta.messages):
             self._open_text(stream, index, text)  # its chunk is indexed when it fills
             return
         self._postings.remove(stream, index, self._indexed(stream, old))

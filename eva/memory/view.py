@@ -201,9 +201,10 @@ def recall(
     tz = channel_zone(meta, settings)
     with store.backend.reading() as tables:
         messages = meta.messages if meta is not None else 0
+        open_chunk = read_messages(tables, stream, indexed_upto(stream, messages), messages)
         unindexed = [
             (index, indexed_text(message.content, message.attachments))
-            for index, message in read_messages(tables, stream, indexed_upto(messages), messages)
+            for index, message in open_chunk
         ]
         result = search(tables, stream, query, RECALL_HITS, unindexed)
 
