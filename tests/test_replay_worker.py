@@ -86,12 +86,29 @@ def change_postings(store: EventStore, change: str) -> None:
     store.backend.write(write)
 
 
-def test_the_worker_gives_the_verdict_and_digests_of_one_process(store: EventStore) -> None:
+@pytest.mark.parametrize("late_start", [0.0, 0.5])
+def test_the_worker_gives_the_verdict_and_digests_of_one_process(
+    store: EventStore, monkeypatch: pytest.MonkeyPatch, late_start: float
+) -> None:
+    # A worker that starts late leaves its buffers to be taken back and
+    # prepared by the replaying process, in the worker's queue order.
+    late = f"import time; time.sleep({late_start}); from eva.store.index_worker import main; main()"
+    monkeypatch.setattr(index_worker, "WORKER_COMMAND", [sys.executable, "-c", late])
+    prepared_here = []
+    prepare = PostingBuffer.prepare
+
+    def counted(self: PostingBuffer) -> list[PreparedStream]:
+        prepared_here.append(self)
+        return prepare(self)
+
     alone = replay(store, worker=False)
+    monkeypatch.setattr(PostingBuffer, "prepare", counted)
     shared = replay(store, worker=True)
     assert alone.ok and shared.ok
     assert shared == alone
     assert shared.events == MESSAGES + 4
+    if late_start:
+        assert prepared_here  # the buffers holding the edits and the erasure among them
 
 
 @pytest.mark.parametrize("change", ["value", "key"])

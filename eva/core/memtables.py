@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from operator import eq, itemgetter
 
 from eva.core.keys import ALL_TABLES, Table
 
@@ -42,7 +43,10 @@ class MemoryTables:
     def holds(self, table: Table, rows: Sequence[tuple[bytes, bytes]]) -> bool:
         """Whether a table holds exactly `rows` (each key once), byte for byte."""
         entries = self.data[table]
-        return len(entries) == len(rows) and all(entries.get(k) == v for k, v in rows)
+        if len(entries) != len(rows):
+            return False
+        found = map(entries.get, map(itemgetter(0), rows))
+        return all(map(eq, found, map(itemgetter(1), rows)))
 
     def copy(self) -> MemoryTables:
         twin = MemoryTables()

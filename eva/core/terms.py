@@ -34,6 +34,10 @@ def _ascii_table(*, fold_case: bool) -> bytes:
 
 _ASCII_FOLD: Final = _ascii_table(fold_case=True)
 _ASCII_SPLIT: Final = _ascii_table(fold_case=False)
+# A word over the limit is a run of that many non-spaces: with every
+# non-space byte made an "a", one substring search finds it.
+_NON_SPACE_AS_A: Final = bytes(byte if byte == 0x20 else 0x61 for byte in range(256))
+_OVERLONG: Final = b"a" * (MAX_TERM_CHARS + 1)
 
 
 @functools.lru_cache(maxsize=8192)
@@ -71,7 +75,7 @@ def term_bytes(text: str) -> list[bytes]:
         # Casefold and NFKD may leave capitals ("℃" gives "°C"): split, fold no more.
         spaced = folded.encode().translate(_ASCII_SPLIT)
     words = spaced.split()
-    if len(spaced) > MAX_TERM_CHARS and max(map(len, words), default=0) > MAX_TERM_CHARS:
+    if len(spaced) > MAX_TERM_CHARS and _OVERLONG in spaced.translate(_NON_SPACE_AS_A):
         return [word for word in words if len(word) <= MAX_TERM_CHARS]
     return words
 

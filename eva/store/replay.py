@@ -66,6 +66,29 @@ def _replay(
     progress: Callable[[int], None] | None,
     worker: IndexWorker | None,
 ) -> ReplayResult:
+    events, live, rebuilt = _rebuild_and_digest(store, stream, progress, worker)
+    if worker is not None:  # the postings were rebuilt there
+        rebuilt[POSTINGS] = worker.compare() or live[POSTINGS]
+    return ReplayResult(
+        stream=stream,
+        events=events,
+        live_digest=combined_digest(live),
+        rebuilt_digest=combined_digest(rebuilt),
+        differing=tuple(differing_tables(live, rebuilt)),
+    )
+
+
+def _rebuild_and_digest(
+    store: EventStore,
+    stream: StreamId,
+    progress: Callable[[int], None] | None,
+    worker: IndexWorker | None,
+) -> tuple[int, TableDigests, TableDigests]:
+    """Events applied, live and rebuilt digests: all but the worker's part.
+
+    The tables it builds are dropped when it returns, while the worker may
+    still be finishing.
+    """
     prefix = keys.stream_prefix(stream)
     end = keys.prefix_end(prefix)
     with store.backend.reading() as tables:
@@ -82,16 +105,8 @@ def _replay(
         _prepare_the_latest(worker)
     live: TableDigests = {table: encoded_digest(data) for table, data in encoded.items()}
     rebuilt = rebuilt_digests(rebuilt_tables, live_rows, live)
-    if worker is not None:  # the postings were rebuilt there, not in rebuilt_tables
-        rebuilt[POSTINGS] = worker.compare() or live[POSTINGS]
-    rebuilt_meta = read_meta(rebuilt_tables, stream)
-    return ReplayResult(
-        stream=stream,
-        events=0 if rebuilt_meta is None else rebuilt_meta.position,
-        live_digest=combined_digest(live),
-        rebuilt_digest=combined_digest(rebuilt),
-        differing=tuple(differing_tables(live, rebuilt)),
-    )
+    meta = read_meta(rebuilt_tables, stream)
+    return 0 if meta is None else meta.position, live, rebuilt
 
 
 def _prepare_the_latest(worker: IndexWorker) -> None:
