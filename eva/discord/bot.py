@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import gc
 import importlib
 import logging
 import math
@@ -525,6 +526,17 @@ def make_gateway(token: str, rest_url: str | None = None) -> hikari.GatewayBot:
     )
 
 
+def _freeze_start_up() -> None:
+    """Leave what start-up made (modules, classes, caches) out of the collector's full passes.
+
+    Ingest keeps many short-lived objects in queues long enough to reach the oldest
+    generation, so full collections come every few seconds; without this each one walks
+    every object of every imported library and stops the loop for that long.
+    """
+    gc.collect()
+    gc.freeze()
+
+
 async def _watch_signals(eva: EvaBot) -> None:
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async for signum in signals:
@@ -601,6 +613,7 @@ async def run_bot(
             else:
                 nursery.start_soon(_watch_gateway, eva)
                 log.info("connected in %.1f s", time.monotonic() - started)
+                _freeze_start_up()
                 task_status.started(eva)
             try:
                 await eva.wait_stopped()
@@ -608,6 +621,7 @@ async def run_bot(
                 await eva.close()
                 nursery.cancel_scope.cancel()
     finally:
+        gc.unfreeze()
         if client is not None:
             with trio.CancelScope(shield=True), contextlib.suppress(Exception):
                 await client.close()
