@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 import anthropic
 import hikari
@@ -46,12 +47,16 @@ class Answerer:
         self.eva_name = "Eva"
         self.replies_sent = 0
 
-    async def answer(self, stream: StreamId, question: Post) -> None:
-        """Think (typing shown meanwhile), then post the answer as a reply to the question."""
+    async def answer(self, stream: StreamId, question: Post, ahead: Sequence[Post] = ()) -> None:
+        """Think (typing shown meanwhile), then post the answer as a reply to the question.
+
+        `ahead`: the posts that came before the question and may not be stored yet, the
+        question last (see GetPrompt); empty when the question is stored.
+        """
         try:
             async with trio.open_nursery() as typing:
                 typing.start_soon(self._keep_typing, stream.channel_id)
-                text, record = await self._reply_text(stream, question)
+                text, record = await self._reply_text(stream, question, ahead)
                 typing.cancel_scope.cancel()
             await self._post_reply(stream.channel_id, question, text)
             if record is not None:  # recorded once it is out: posting waits for no commit
@@ -71,7 +76,7 @@ class Answerer:
         await self.bot.rest.trigger_typing(channel_id)
 
     async def _reply_text(
-        self, stream: StreamId, question: Post
+        self, stream: StreamId, question: Post, ahead: Sequence[Post]
     ) -> tuple[str, ReplyWritten | None]:
         if self.client is None:
             query = without_mention(question.content, self.eva_id, self.eva_name)
@@ -88,6 +93,7 @@ class Answerer:
             self.models,
             wall_clock_ms(),
             record=False,
+            ahead=ahead,
         )
         return outcome.text, outcome.unrecorded
 
