@@ -26,6 +26,7 @@ from eva.model.reply import write_reply
 log = logging.getLogger(__name__)
 
 TYPING_EVERY_S = 8.0
+TYPING_TIMEOUT_S = 5.0
 
 
 class Answerer:
@@ -54,23 +55,33 @@ class Answerer:
         question last (see GetPrompt); empty when the question is stored.
         """
         try:
-            async with trio.open_nursery() as typing:
-                typing.start_soon(self._keep_typing, stream.channel_id)
+            async with trio.open_nursery() as nursery:
+                typing = trio.CancelScope()
+                nursery.start_soon(self._keep_typing, stream.channel_id, typing)
                 text, record = await self._reply_text(stream, question, ahead)
-                typing.cancel_scope.cancel()
-            await self._post_reply(stream.channel_id, question, text)
+                typing.cancel()
+                await self._post_reply(stream.channel_id, question, text)
             if record is not None:  # recorded once it is out: posting waits for no commit
                 await self.supervisor.ask(stream, RecordReply(reply=record))
         except Exception:
             log.exception("answering message %d in %s failed", question.message_id, stream)
 
-    async def _keep_typing(self, channel_id: int) -> None:
-        while True:
-            try:
-                await aio(lambda: self._typing_once(channel_id))
-            except hikari.HikariError as error:
-                log.debug("typing indicator in %d failed: %s", channel_id, error)
-            await trio.sleep(TYPING_EVERY_S)
+    async def _keep_typing(self, channel_id: int, scope: trio.CancelScope) -> None:
+        """Show Eva typing until `scope` is cancelled.
+
+        A typing request already sent is let finish (within TYPING_TIMEOUT_S) instead of
+        being cancelled, while the reply goes out behind it: the reply waits neither for
+        it nor for its cancelling, and hikari keeps its connection.
+        """
+        with scope:
+            while True:
+                deadline = trio.current_time() + TYPING_TIMEOUT_S
+                with trio.CancelScope(shield=True, deadline=deadline):
+                    try:
+                        await aio(lambda: self._typing_once(channel_id))
+                    except hikari.HikariError as error:
+                        log.debug("typing indicator in %d failed: %s", channel_id, error)
+                await trio.sleep(TYPING_EVERY_S)
 
     async def _typing_once(self, channel_id: int) -> None:
         await self.bot.rest.trigger_typing(channel_id)
