@@ -382,6 +382,23 @@ async def test_idle_actor_sleeps_and_wakes_with_the_same_state(
         assert before == memory_text(store, STREAM, SMALL)
 
 
+async def test_a_prompt_shows_the_posts_ahead_as_they_will_be_stored(
+    tmp_path: Path, autojump_clock: Any
+) -> None:
+    store = fresh_store(tmp_path)
+    async with running(store) as supervisor:
+        for index in range(5):
+            await supervisor.ask(STREAM, message(STREAM, index))
+        # A question's lane: two posts stored already, three not yet (one seen twice).
+        ahead = [message(STREAM, index) for index in (3, 4, 5, 6, 6, 7)]
+        early = await supervisor.ask(STREAM, GetPrompt(ahead=tuple(ahead)))
+        for post in ahead:
+            await supervisor.ask(STREAM, post)
+        assert early == await prompt(supervisor)
+        _, tail = split_prompt(early)
+        assert [line.split("]")[0] for line in tail] == [f"[{index}" for index in range(8)]
+
+
 @pytest.mark.slow
 async def test_a_hundred_channels_at_once(tmp_path: Path, autojump_clock: Any) -> None:
     store = fresh_store(tmp_path)

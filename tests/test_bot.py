@@ -359,6 +359,30 @@ async def test_a_restart_backfills_what_was_missed_once_and_answers_no_mention_t
     assert {r.query.get("after") for r in fetches} >= {replies[0]["id"]}  # the last one stored
 
 
+async def test_a_question_eva_replied_to_before_it_was_stored_is_not_answered_again(
+    fake: FakeDiscord, model: FakeMessagesAPI, tmp_path: Path
+) -> None:
+    guild, alice, bob, eva_user = world(fake)
+    general = guild.general
+    stream = StreamId(guild.id, general.id)
+    data = tmp_path / "data"
+    async with eva_running(fake, data, model):
+        store = store_of(data)
+        fake.post_message(guild.id, general.id, alice, "first")
+        await until(lambda: len(contents(store, stream)) == 1)
+    # Eva answers before a question is stored: a crash between the two leaves the question
+    # and her reply in Discord's history only.
+    question = fake.post_message(guild.id, general.id, bob, f"{mention(eva_user)} hello?",
+                                 mentions=[eva_user])
+    fake.post_message(guild.id, general.id, eva_user, "Hello, Bob.", referenced_message=question)
+    async with eva_running(fake, data, model):
+        await until(lambda: len(contents(store, stream)) == 3)
+        await trio.sleep(0.3)  # time for a duplicate, if there were one
+    assert texts(store, stream) == ["first", "@Eva hello?", "Hello, Bob."]
+    assert fake.bot_messages() == []
+    assert model.message_requests() == []
+
+
 # -- the command line ---------------------------------------------------------------------
 
 

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 import anthropic
 import hikari
@@ -25,6 +26,7 @@ from eva.model.reply import write_reply
 log = logging.getLogger(__name__)
 
 TYPING_EVERY_S = 8.0
+TYPING_TIMEOUT_S = 5.0
 
 
 class Answerer:
@@ -46,32 +48,46 @@ class Answerer:
         self.eva_name = "Eva"
         self.replies_sent = 0
 
-    async def answer(self, stream: StreamId, question: Post) -> None:
-        """Think (typing shown meanwhile), then post the answer as a reply to the question."""
+    async def answer(self, stream: StreamId, question: Post, ahead: Sequence[Post] = ()) -> None:
+        """Think (typing shown meanwhile), then post the answer as a reply to the question.
+
+        `ahead`: the posts that came before the question and may not be stored yet, the
+        question last (see GetPrompt); empty when the question is stored.
+        """
         try:
-            async with trio.open_nursery() as typing:
-                typing.start_soon(self._keep_typing, stream.channel_id)
-                text, record = await self._reply_text(stream, question)
-                typing.cancel_scope.cancel()
-            await self._post_reply(stream.channel_id, question, text)
+            async with trio.open_nursery() as nursery:
+                typing = trio.CancelScope()
+                nursery.start_soon(self._keep_typing, stream.channel_id, typing)
+                text, record = await self._reply_text(stream, question, ahead)
+                typing.cancel()
+                await self._post_reply(stream.channel_id, question, text)
             if record is not None:  # recorded once it is out: posting waits for no commit
                 await self.supervisor.ask(stream, RecordReply(reply=record))
         except Exception:
             log.exception("answering message %d in %s failed", question.message_id, stream)
 
-    async def _keep_typing(self, channel_id: int) -> None:
-        while True:
-            try:
-                await aio(lambda: self._typing_once(channel_id))
-            except hikari.HikariError as error:
-                log.debug("typing indicator in %d failed: %s", channel_id, error)
-            await trio.sleep(TYPING_EVERY_S)
+    async def _keep_typing(self, channel_id: int, scope: trio.CancelScope) -> None:
+        """Show Eva typing until `scope` is cancelled.
+
+        A typing request already sent is let finish (within TYPING_TIMEOUT_S) instead of
+        being cancelled, while the reply goes out behind it: the reply waits neither for
+        it nor for its cancelling, and hikari keeps its connection.
+        """
+        with scope:
+            while True:
+                deadline = trio.current_time() + TYPING_TIMEOUT_S
+                with trio.CancelScope(shield=True, deadline=deadline):
+                    try:
+                        await aio(lambda: self._typing_once(channel_id))
+                    except hikari.HikariError as error:
+                        log.debug("typing indicator in %d failed: %s", channel_id, error)
+                await trio.sleep(TYPING_EVERY_S)
 
     async def _typing_once(self, channel_id: int) -> None:
         await self.bot.rest.trigger_typing(channel_id)
 
     async def _reply_text(
-        self, stream: StreamId, question: Post
+        self, stream: StreamId, question: Post, ahead: Sequence[Post]
     ) -> tuple[str, ReplyWritten | None]:
         if self.client is None:
             query = without_mention(question.content, self.eva_id, self.eva_name)
@@ -88,6 +104,7 @@ class Answerer:
             self.models,
             wall_clock_ms(),
             record=False,
+            ahead=ahead,
         )
         return outcome.text, outcome.unrecorded
 

@@ -8,30 +8,37 @@
 # Ordering: hikari consumes a gateway payload synchronously and starts one asyncio task per
 # listener, in the order the payloads arrived, and each of those tasks' first step runs in
 # creation order. Our listeners never await before they enqueue: their first step maps the
-# event and puts it on its channel's *lane* (an unbounded trio memory channel,
-# `send_nowait`), so each lane holds its channel's events in Discord's order. One trio task
-# per lane submits them to the actor in that order (the messages that arrived together
-# before their answers are awaited, so the actor stores them in one commit), so a
-# channel's messages reach its actor (and the log) in the order Discord sent them. Lanes of
-# different channels run side by side. Backfill runs as a job on the lane too, so history
-# fetched over REST is stored in order with the live events queued behind it; duplicates
-# are answered None by the actor and skipped.
+# event and puts it on its channel's *lane* (eva.discord.lanes), so each lane holds its
+# channel's events in Discord's order. One trio task per lane submits them to the actor in
+# that order (the messages that arrived together before their answers are awaited, so the
+# actor stores them in one commit), so a channel's messages reach its actor (and the log)
+# in the order Discord sent them. Lanes of different channels run side by side. Backfill
+# runs as a job on the lane too, so history fetched over REST is stored in order with the
+# live events queued behind it; duplicates are answered None by the actor and skipped.
 #
-# Invariants: Eva answers a message only when the actor stored it just now (index not None),
-# so a message seen twice (gateway resume, backfill) is never answered twice; her replies
-# never ping @everyone or roles, only the asker; on a stop signal the gateway closes first,
-# the lanes drain, then the supervisor's writer finishes its commits.
+# Answering: a live message that asks Eva is answered at once, while it and the posts
+# ahead of it are still being stored: the prompt shows those posts from the lane, so a
+# reply never waits behind the channel's backlog. When an edit, a deletion or a history
+# fetch is ahead of it, or Eva is offline (she quotes the store), it is answered once
+# stored instead.
+#
+# Invariants: Eva answers a message only if she claimed it (`_claim`): never one stored
+# before, never one claimed and not yet stored, and from history only one she has not
+# replied to there; so a message seen twice (gateway resume, backfill, a restart after a
+# reply went out) is never answered twice. Her replies never ping @everyone or roles, only
+# the asker; on a stop signal the gateway closes first, the lanes drain, then the
+# supervisor's writer finishes its commits.
 from __future__ import annotations
 
 import base64
 import contextlib
+import gc
 import importlib
 import logging
-import math
 import signal
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
 from pathlib import Path
@@ -49,6 +56,7 @@ from eva.core.settings import LiveSettings, MemorySettings, ModelSettings
 from eva.core.summarize import OfflineSummarizer, Summarizer
 from eva.discord.answer import Answerer
 from eva.discord.bridge import aio, run_trio
+from eva.discord.lanes import Backfill, Change, Ingest, Job, Lane
 from eva.discord.mapping import (
     delete_of,
     display_name,
@@ -56,7 +64,7 @@ from eva.discord.mapping import (
     stream_of,
 )
 from eva.discord.messages import asks_eva, mention_names, post_from
-from eva.live.inputs import Delete, Describe, Edit, Post
+from eva.live.inputs import Describe, Edit, Post
 from eva.live.supervisor import Supervisor, open_supervisor, wall_clock_ms
 from eva.model.client import make_client
 from eva.model.line_writer import ClaudeLineWriter
@@ -123,27 +131,6 @@ class BotContext:
     data_dir: Path
 
 
-@dataclass(frozen=True, slots=True)
-class _Ingest:
-    post: Post
-    answer: bool  # answer it if it is stored now
-    recent_only: bool = False  # backfilled: answer only if it is recent
-
-
-@dataclass(frozen=True, slots=True)
-class _Change:
-    item: Edit | Delete
-    attachments_known: bool = True
-
-
-@dataclass(slots=True)
-class _Backfill:
-    forced: bool  # fetch even a channel with nothing stored (the moderator's command)
-    done: trio.Event = field(default_factory=trio.Event)
-    stored: int = 0
-
-
-_Job = _Ingest | _Change | _Backfill
 Stored = Callable[[StreamId, Post, "int | None"], None]
 """A hook called once a post's answer is back from the actor (durable); for benchmarks."""
 
@@ -191,7 +178,8 @@ class EvaBot:
         self.on_stored = on_stored
         self.answerer = Answerer(bot, supervisor, client, models, eva_id)
         self._nursery = nursery
-        self._lanes: dict[StreamId, trio.MemorySendChannel[_Job]] = {}
+        self._lanes: dict[StreamId, Lane] = {}
+        self._claimed: set[int] = set()  # messages Eva answers, until they are stored
         self._lane_tasks = 0
         self._lanes_idle = trio.Event()
         self._lanes_idle.set()
@@ -275,7 +263,7 @@ class EvaBot:
         channels: list[hikari.GuildChannel] = [*event.channels.values(), *event.threads.values()]
         for channel in channels:
             if isinstance(channel, hikari.TextableGuildChannel):
-                self._enqueue(stream_of(event.guild_id, channel.id), _Backfill(forced=False))
+                self._enqueue(stream_of(event.guild_id, channel.id), Backfill(forced=False))
 
     async def _on_guild_join(self, event: hikari.GuildJoinEvent) -> None:
         self._guild_ids.add(int(event.guild_id))
@@ -291,10 +279,11 @@ class EvaBot:
         nickname = member.nickname if member is not None else None
         name = display_name(nickname, author.global_name, author.username)
         post = post_from(message, self.eva_id, self.eva_name, name)
-        self._enqueue(
-            stream_of(event.guild_id, event.channel_id),
-            _Ingest(post, answer=asks_eva(self.eva_id, message)),
-        )
+        stream = stream_of(event.guild_id, event.channel_id)
+        if asks_eva(self.eva_id, message):
+            self._take_question(stream, post)
+        else:
+            self._enqueue(stream, Ingest(post))
 
     async def _on_update(self, event: hikari.GuildMessageUpdateEvent) -> None:
         message = event.message
@@ -313,15 +302,15 @@ class EvaBot:
             attachment_filenames=files,
             mention_names=names,
         )
-        self._enqueue(stream_of(event.guild_id, event.channel_id), _Change(edit, known))
+        self._enqueue(stream_of(event.guild_id, event.channel_id), Change(edit, known))
 
     async def _on_delete(self, event: hikari.GuildMessageDeleteEvent) -> None:
         delete = delete_of([event.message_id], wall_clock_ms())
-        self._enqueue(stream_of(event.guild_id, event.channel_id), _Change(delete))
+        self._enqueue(stream_of(event.guild_id, event.channel_id), Change(delete))
 
     async def _on_bulk_delete(self, event: hikari.GuildBulkMessageDeleteEvent) -> None:
         delete = delete_of(event.message_ids, wall_clock_ms())
-        self._enqueue(stream_of(event.guild_id, event.channel_id), _Change(delete))
+        self._enqueue(stream_of(event.guild_id, event.channel_id), Change(delete))
 
     async def _on_interaction(self, event: hikari.InteractionCreateEvent) -> None:
         commands = _commands()
@@ -339,49 +328,80 @@ class EvaBot:
 
     # -- lanes (trio) -------------------------------------------------------------------
 
-    def _enqueue(self, stream: StreamId, job: _Job) -> None:
-        """Put a job on its channel's lane, in order; safe from asyncio listeners."""
+    def _enqueue(self, stream: StreamId, job: Job) -> Lane | None:
+        """Put a job on its channel's lane, in order; safe from asyncio listeners.
+
+        Returns the lane, or None when the bot is closing and the job was dropped.
+        """
         if self._closing:
-            if isinstance(job, _Backfill):
+            if isinstance(job, Backfill):
                 job.done.set()
-            return
+            return None
         lane = self._lanes.get(stream)
         if lane is None:
-            lane, receive = trio.open_memory_channel[_Job](math.inf)
-            self._lanes[stream] = lane
+            lane = self._lanes[stream] = Lane()
             if self._lane_tasks == 0:
                 self._lanes_idle = trio.Event()
             self._lane_tasks += 1
-            self._nursery.start_soon(self._run_lane, stream, receive)
-        lane.send_nowait(job)
+            self._nursery.start_soon(self._run_lane, stream, lane)
+        lane.put(job)
+        return lane
 
-    async def _run_lane(self, stream: StreamId, jobs: trio.MemoryReceiveChannel[_Job]) -> None:
+    def _take_question(self, stream: StreamId, post: Post) -> None:
+        """Queue a live message that asks Eva, and answer it if it is hers to answer: at once
+        when only posts are ahead of it in its lane, else once it is stored. Offline, Eva
+        quotes what recall finds in the store, so she waits for it to be stored."""
+        if not self._claim(stream, post):
+            self._enqueue(stream, Ingest(post))
+            return
+        lane = self._lanes.get(stream)
+        at_once = self.client is not None and (lane is None or lane.others == 0)
+        lane = self._enqueue(stream, Ingest(post, answer=not at_once, claimed=True))
+        if lane is None:
+            self._claimed.discard(post.message_id)
+        elif at_once:
+            ahead = tuple(lane.unstored)  # the question last
+            self._nursery.start_soon(self.answerer.answer, stream, post, ahead)
+
+    def _claim(self, stream: StreamId, post: Post) -> bool:
+        """Take the right to answer a message: False if it was stored before or is claimed
+        already. The claim is dropped once the message is stored."""
+        message_id = post.message_id
+        if message_id in self._claimed or self.store.index_of(stream, message_id) is not None:
+            return False
+        self._claimed.add(message_id)
+        return True
+
+    async def _run_lane(self, stream: StreamId, lane: Lane) -> None:
+        jobs = lane.receive
         try:
             async with jobs:
                 await self._describe(stream)
                 async for job in jobs:
                     batch = [job]
-                    while isinstance(batch[-1], _Ingest) and len(batch) < LANE_BATCH:
+                    while isinstance(batch[-1], Ingest) and len(batch) < LANE_BATCH:
                         try:
                             batch.append(jobs.receive_nowait())
                         except trio.WouldBlock:
                             break
-                    await self._do_all(stream, batch)
+                    await self._do_all(stream, lane, batch)
         finally:
             self._lane_tasks -= 1
             if self._lane_tasks == 0:
                 self._lanes_idle.set()
 
-    async def _do_all(self, stream: StreamId, batch: list[_Job]) -> None:
+    async def _do_all(self, stream: StreamId, lane: Lane, batch: list[Job]) -> None:
         """Do a lane's jobs in order; messages that came together are submitted together."""
-        ingests = [job for job in batch if isinstance(job, _Ingest)]
-        if len(ingests) > 1 and len(ingests) == len(batch) - (not isinstance(batch[-1], _Ingest)):
+        ingests = [job for job in batch if isinstance(job, Ingest)]
+        if len(ingests) > 1 and len(ingests) == len(batch) - (not isinstance(batch[-1], Ingest)):
             requests = [await self.supervisor.submit(stream, one.post) for one in ingests]
             for ingest, request in zip(ingests, requests, strict=True):
                 try:
                     self._after_ingest(stream, ingest, await request.result())
                 except Exception:  # one bad event must not stop the channel
                     log.exception("channel %s failed on %r", stream, ingest)
+                finally:
+                    self._done(lane, ingest)
             batch = batch[len(ingests) :]
         for job in batch:
             try:
@@ -389,37 +409,36 @@ class EvaBot:
             except Exception:  # one bad event must not stop the channel
                 log.exception("channel %s failed on %r", stream, job)
             finally:
-                if isinstance(job, _Backfill):
+                self._done(lane, job)
+                if isinstance(job, Backfill):
                     job.done.set()
 
-    async def _do(self, stream: StreamId, job: _Job) -> None:
+    def _done(self, lane: Lane, job: Job) -> None:
+        lane.done(job)
+        if isinstance(job, Ingest) and job.claimed:
+            self._claimed.discard(job.post.message_id)
+
+    async def _do(self, stream: StreamId, job: Job) -> None:
         match job:
-            case _Ingest():
-                await self._ingest(stream, job)
-            case _Change(item=Edit() as edit, attachments_known=False):
+            case Ingest():
+                self._after_ingest(stream, job, await self.supervisor.ask(stream, job.post))
+            case Change(item=Edit() as edit, attachments_known=False):
                 index = self.store.index_of(stream, edit.message_id)
                 stored = None if index is None else self.store.message(stream, index)
                 files = () if stored is None else stored.attachments
                 edit = msgspec.structs.replace(edit, attachments=files)
                 await self.supervisor.ask(stream, edit)
-            case _Change():
+            case Change():
                 await self.supervisor.ask(stream, job.item)
-            case _Backfill():
+            case Backfill():
                 job.stored = await self._backfill(stream, job.forced)
 
-    async def _ingest(self, stream: StreamId, job: _Ingest) -> bool:
-        return self._after_ingest(stream, job, await self.supervisor.ask(stream, job.post))
-
-    def _after_ingest(self, stream: StreamId, job: _Ingest, index: int | None) -> bool:
-        """Once a message is stored: tell the watcher, and answer it if it asks Eva."""
+    def _after_ingest(self, stream: StreamId, job: Ingest, index: int | None) -> None:
+        """Once a message is stored: tell the watcher, and answer it if it waited for that."""
         if self.on_stored is not None:
             self.on_stored(stream, job.post, index)
-        if index is None or not job.answer:
-            return index is not None
-        recent = wall_clock_ms() - job.post.at_ms <= BACKFILL_REPLY_WINDOW_MS
-        if not job.recent_only or recent:
+        if index is not None and job.answer:
             self._nursery.start_soon(self.answerer.answer, stream, job.post)
-        return True
 
     async def _describe(self, stream: StreamId) -> None:
         """Tell the actor the guild's and channel's names when they are new or changed."""
@@ -452,7 +471,7 @@ class EvaBot:
             if not isinstance(fetched, hikari.GuildChannel):
                 raise ValueError(f"channel {channel_id} is not a guild channel")
             channel = fetched
-        job = _Backfill(forced=True)
+        job = Backfill(forced=True)
         self._enqueue(stream_of(channel.guild_id, channel_id), job)
         await job.done.wait()
         return job.stored
@@ -471,6 +490,8 @@ class EvaBot:
         cursor = after or 0
         stored = 0
         fetched = 0
+        questions: list[Post] = []
+        replied: set[int] = set()  # the messages Eva's own replies in this history answer
         while fetched < BACKFILL_MOST:
             page = await aio(partial(self._page_after, stream.channel_id, cursor))
             for message in page:
@@ -479,15 +500,40 @@ class EvaBot:
                 author = message.author
                 name = display_name(None, author.global_name, author.username)
                 post = post_from(message, self.eva_id, self.eva_name, name)
-                job = _Ingest(post, answer=asks_eva(self.eva_id, message), recent_only=True)
-                stored += await self._ingest(stream, job)
+                if int(author.id) == self.eva_id and post.reply_to is not None:
+                    replied.add(post.reply_to)
+                asks = asks_eva(self.eva_id, message) and self._claim(stream, post)
+                if await self._store_fetched(stream, post, asks):
+                    stored += 1
+                    if asks:
+                        questions.append(post)
             fetched += len(page)
             if len(page) < BACKFILL_PAGE:
                 break
             cursor = int(page[-1].id)
+        self._answer_missed(stream, questions, replied)
         if stored:
             log.info("backfill of %s stored %d missed messages", stream, stored)
         return stored
+
+    async def _store_fetched(self, stream: StreamId, post: Post, claimed: bool) -> bool:
+        """Store a message fetched from history; True if it was new."""
+        try:
+            index = await self.supervisor.ask(stream, post)
+        finally:
+            if claimed:
+                self._claimed.discard(post.message_id)
+        if self.on_stored is not None:
+            self.on_stored(stream, post, index)
+        return index is not None
+
+    def _answer_missed(self, stream: StreamId, questions: list[Post], replied: set[int]) -> None:
+        """Answer the recent questions found in history that Eva has not replied to there."""
+        now_ms = wall_clock_ms()
+        for question in questions:
+            recent = now_ms - question.at_ms <= BACKFILL_REPLY_WINDOW_MS
+            if recent and question.message_id not in replied:
+                self._nursery.start_soon(self.answerer.answer, stream, question)
 
     async def _page_after(self, channel_id: int, after: int) -> list[hikari.Message]:
         """Up to a page of messages after `after`, oldest first (asyncio)."""
@@ -523,6 +569,17 @@ def make_gateway(token: str, rest_url: str | None = None) -> hikari.GatewayBot:
         banner=None,
         suppress_optimization_warning=True,
     )
+
+
+def _freeze_start_up() -> None:
+    """Leave what start-up made (modules, classes, caches) out of the collector's full passes.
+
+    Ingest keeps many short-lived objects in queues long enough to reach the oldest
+    generation, so full collections come every few seconds; without this each one walks
+    every object of every imported library and stops the loop for that long.
+    """
+    gc.collect()
+    gc.freeze()
 
 
 async def _watch_signals(eva: EvaBot) -> None:
@@ -601,6 +658,7 @@ async def run_bot(
             else:
                 nursery.start_soon(_watch_gateway, eva)
                 log.info("connected in %.1f s", time.monotonic() - started)
+                _freeze_start_up()
                 task_status.started(eva)
             try:
                 await eva.wait_stopped()
@@ -608,6 +666,7 @@ async def run_bot(
                 await eva.close()
                 nursery.cancel_scope.cancel()
     finally:
+        gc.unfreeze()
         if client is not None:
             with trio.CancelScope(shield=True), contextlib.suppress(Exception):
                 await client.close()

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import logging
 import math
-from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, assert_never
+from datetime import tzinfo
+from typing import Any, NamedTuple, assert_never
 
 import trio
 
@@ -132,8 +132,16 @@ class Shared:
 class _Tail:
     """The tail as the prompt shows it, kept in memory while the actor is awake."""
 
-    start: int = -1  # the row frontier it was read from; -1 when not loaded
+    start: int = -1  # the row frontier it begins at; -1 when not loaded
+    end: int = 0  # the index of the first message it does not hold yet
     lines: list[tuple[int, str]] = field(default_factory=list)  # (index, rendered line)
+
+
+class _Place(NamedTuple):
+    """Where a post is, or goes when stored next: its channel index."""
+
+    at: int
+    stored: bool
 
 
 class ChannelActor:
@@ -293,7 +301,7 @@ class ChannelActor:
                 )
                 return None
             case GetPrompt():
-                return self.prompt()
+                return self.prompt(item.ahead)
             case Zoom():
                 return zoom(
                     self.shared.store, self.stream, item.address, self.shared.settings, item.page
@@ -356,22 +364,36 @@ class ChannelActor:
         if after is not None:
             await self._serve(after)
 
+    def _places(self, posts: Sequence[Post]) -> list[_Place | None]:
+        """Where each post is stored, or goes if stored next; None for a repeat of one before."""
+        meta = self._meta()
+        stored = self.shared.store.indexes_of(self.stream, [post.message_id for post in posts])
+        next_index = max([meta.messages if meta is not None else 0]
+                         + [index + 1 for index in stored if index is not None])
+        seen: set[int] = set()
+        places: list[_Place | None] = []
+        for post, stored_at in zip(posts, stored, strict=True):
+            if post.message_id in seen:
+                places.append(None)
+            elif stored_at is not None:
+                places.append(_Place(stored_at, stored=True))
+            else:
+                places.append(_Place(next_index, stored=False))
+                next_index += 1
+            seen.add(post.message_id)
+        return places
+
     async def _posts(self, posts: list[Post]) -> list[int | None]:
         """Store posts (in one append); each gets its index, or None if already stored."""
-        store = self.shared.store
-        meta = self._meta()
-        next_index = meta.messages if meta is not None else 0
-        seen: set[int] = set()
-        events: list[AnyEvent] = []
-        indexes: list[int | None] = []
-        for post in posts:
-            if post.message_id in seen or store.index_of(self.stream, post.message_id) is not None:
-                indexes.append(None)
-                continue
-            seen.add(post.message_id)
-            indexes.append(next_index)
-            events.append(posted_event(post, next_index))
-            next_index += 1
+        indexes = [
+            None if place is None or place.stored else place.at
+            for place in self._places(posts)
+        ]
+        events: list[AnyEvent] = [
+            posted_event(post, index)
+            for post, index in zip(posts, indexes, strict=True)
+            if index is not None
+        ]
         if not events:
             return indexes
         await self._write(events)
@@ -379,8 +401,9 @@ class ChannelActor:
         if self.tail.start >= 0:
             tz = channel_zone(self._meta(), self.shared.settings)
             for post, index in zip(posts, indexes, strict=True):
-                if index is not None:
+                if index is not None and index >= self.tail.end:  # a reload may hold it
                     self.tail.lines.append((index, message_line(shown_post(post, index), tz)))
+                    self.tail.end = index + 1
         meta = self._meta()
         assert meta is not None
         if meta.tail_bytes > self.shared.settings.overflow_tail_bytes:
@@ -453,19 +476,41 @@ class ChannelActor:
 
     # -- the prompt -----------------------------------------------------------
 
-    def prompt(self) -> str:
-        """The memory block as Eva's prompt uses it now."""
+    def prompt(self, ahead: Sequence[Post] = ()) -> str:
+        """The memory block as Eva's prompt uses it now, with the posts of `ahead` that the
+        tail does not hold yet after it (see GetPrompt)."""
         store, settings = self.shared.store, self.shared.settings
         meta = self._meta()
         tz = channel_zone(meta, settings)
         lines = row_lines(store, self.stream, tz, self.row_text, self.sizes)
+        self._follow_frontier(meta, tz)
+        tail = self.tail.lines
+        if ahead:
+            tail = tail + self._lines_after_tail(ahead, tz)
+        return memory_block(lines, cap_tail(tail, settings.prompt_tail_max_bytes))
+
+    def _follow_frontier(self, meta: StreamMeta | None, tz: tzinfo) -> None:
+        """Make the tail begin at the row's frontier: cut what a publish moved into the row,
+        or read it again when it is not loaded."""
         frontier = meta.row_frontier if meta is not None else 0
-        if 0 <= self.tail.start < frontier:  # a publish took the oldest lines into the row
-            first = bisect_left(self.tail.lines, frontier, key=lambda line: line[0])
-            self.tail = _Tail(frontier, self.tail.lines[first:])
-        elif self.tail.start != frontier:
-            self.tail = _Tail(frontier, tail_lines(tail_messages(store, self.stream), tz))
-        return memory_block(lines, cap_tail(self.tail.lines, settings.prompt_tail_max_bytes))
+        tail = self.tail
+        if tail.start < 0 or frontier < tail.start:
+            lines = tail_lines(tail_messages(self.shared.store, self.stream), tz)
+            messages = meta.messages if meta is not None else 0
+            end = max(messages, lines[-1][0] + 1) if lines else messages
+            self.tail = _Tail(frontier, end, lines)
+        elif frontier > tail.start:
+            kept = [line for line in tail.lines if line[0] >= frontier]
+            self.tail = _Tail(frontier, tail.end, kept)
+
+    def _lines_after_tail(self, posts: Sequence[Post], tz: tzinfo) -> list[tuple[int, str]]:
+        """Tail lines of the posts the tail does not hold yet, stored or not, at the indexes
+        they have or will get."""
+        return [
+            (place.at, message_line(shown_post(post, place.at), tz))
+            for post, place in zip(posts, self._places(posts), strict=True)
+            if place is not None and place.at >= self.tail.end
+        ]
 
     # -- compression and publishing ---------------------------------------------
 

@@ -81,8 +81,15 @@ class Describe(msgspec.Struct, frozen=True, kw_only=True):
     time_zone: str = "UTC"
 
 
-class GetPrompt(msgspec.Struct, frozen=True):
-    """The memory block Eva's prompt uses now: the published row and the tail."""
+class GetPrompt(msgspec.Struct, frozen=True, kw_only=True):
+    """The memory block Eva's prompt uses now: the published row and the tail.
+
+    `ahead` are posts that reached the channel before the question (the question last)
+    and may not be stored yet: those not stored are shown at the tail's end, at the
+    indexes they will get, so a reply need not wait for them to be stored.
+    """
+
+    ahead: tuple[Post, ...] = ()
 
 
 class Zoom(msgspec.Struct, frozen=True, kw_only=True):

@@ -38,6 +38,8 @@ log = logging.getLogger(__name__)
 
 Append = Callable[[StreamId, Sequence[AnyEvent]], Awaitable[Appended]]
 APPEND_CHUNK = 2048
+STEP_CHUNK = 256
+"""Messages or merges looked at between two checkpoints, so a run never holds the loop long."""
 MAX_ATTEMPTS = 3
 
 
@@ -135,11 +137,11 @@ async def compress(
     """
     run = Run(store, stream, append, settings, now_ms)
     candidates = {Address(start, size) for start, size in store.ready(stream)}
-    tasks, staged = _leaves(run, upto)
+    tasks, staged = await _leaves(run, upto)
     candidates |= _parents_ready(run, staged)
     queued = {task.address for task in tasks}
     while True:
-        glue_tasks, glued = _glue(run, candidates, queued)
+        glue_tasks, glued = await _glue(run, candidates, queued)
         tasks.extend(glue_tasks)
         await append_lines(run, [*staged, *glued])
         sending, tasks = _next_round(tasks, settings, urgent)
@@ -202,7 +204,7 @@ async def append_lines(run: Run, lines: list[LineWritten]) -> None:
         await run.append(run.stream, lines[start : start + APPEND_CHUNK])
 
 
-def _leaves(run: Run, upto: int) -> tuple[list[Task], list[LineWritten]]:
+async def _leaves(run: Run, upto: int) -> tuple[list[Task], list[LineWritten]]:
     """The verbatim leaves of messages before `upto` (staged) and the leaves that need a model."""
     meta = run.store.meta(run.stream)
     if meta is None:
@@ -211,7 +213,11 @@ def _leaves(run: Run, upto: int) -> tuple[list[Task], list[LineWritten]]:
     run.prefetch(Address(index, 1) for index in range(meta.leaf_frontier, stop))
     lines: list[LineWritten] = []
     tasks: list[Task] = []
-    for index, message in run.store.messages(run.stream, meta.leaf_frontier, stop):
+    for count, (index, message) in enumerate(
+        run.store.messages(run.stream, meta.leaf_frontier, stop), 1
+    ):
+        if count % STEP_CHUNK == 0:
+            await trio.lowlevel.checkpoint()
         if run.line(Address(index, 1)) is not None:
             continue
         work = leaf_of(run, index, message)
@@ -254,7 +260,7 @@ def leaf_of(run: Run, index: int, message: StoredMessage) -> LineWritten | LeafT
     )
 
 
-def _glue(
+async def _glue(
     run: Run, candidates: set[Address], queued: set[Address]
 ) -> tuple[list[Task], list[LineWritten]]:
     """Glue every candidate merge that fits, and the parents that gluing completes.
@@ -266,7 +272,10 @@ def _glue(
     while candidates:
         level: list[LineWritten] = []
         run.prefetch(chain(candidates, *map(halves, candidates)))
-        for address in sorted(candidates, key=lambda a: (a.size, a.start)):
+        ordered = sorted(candidates, key=lambda a: (a.size, a.start))
+        for count, address in enumerate(ordered, 1):
+            if count % STEP_CHUNK == 0:
+                await trio.lowlevel.checkpoint()
             if address in queued or address in run.given_up or run.line(address) is not None:
                 continue
             left, right = halves_of(run, address)

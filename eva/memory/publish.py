@@ -3,20 +3,28 @@
 # Shell: reads lines from the store and appends the row.published event.
 # The rule is the core's (row.append_leaves, row.sawtooth). Between merges the
 # row only grows at its end, which keeps the provider's prompt cache warm.
+# The lines the sawtooth may read are measured first, a chunk at a time with a
+# checkpoint between chunks, so a publish of thousands of new leaves never holds
+# the trio loop (and a reply waiting on it) for long.
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import tzinfo
 
-from eva.core.address import Address
+import trio
+
+from eva.core.address import Address, parent
 from eva.core.events import PublishReason, RowPublished
 from eva.core.keys import StreamId
 from eva.core.render import render_line
-from eva.core.row import append_leaves, sawtooth
+from eva.core.row import append_leaves, row_bytes, sawtooth
 from eva.core.settings import MemorySettings
 from eva.memory.compress import Append
 from eva.store.event_store import EventStore
+
+MEASURE_CHUNK = 256
+"""Lines measured between two checkpoints."""
 
 
 @dataclass(slots=True)
@@ -26,7 +34,9 @@ class LineSizes:
     A line is written once, so its rendering holds until forget or an edit
     makes it again: then `clear` (or `forget` for the addresses made again).
     Publishing measures lines through it and the prompt reads the row from
-    it, so a line is rendered once however often the row is published.
+    it, so a line is rendered once however often the row is published. Only
+    the published row's lines are kept (`keep`): a line merged out of the row
+    never comes back into it, so the cache stays as long as the row.
     """
 
     sizes: dict[Address, int] = field(default_factory=dict)
@@ -35,6 +45,31 @@ class LineSizes:
 
     def render(self, store: EventStore, stream: StreamId, address: Address, tz: tzinfo) -> str:
         """The row entry of the line at `address`, rendered in `tz`."""
+        text = self._rendered(store, stream, address, tz)
+        if text is None:
+            raise LookupError(f"{stream}: row line {address} is missing")
+        return text
+
+    def measure(self, store: EventStore, stream: StreamId, address: Address, tz: tzinfo) -> int:
+        size = self.written_size(store, stream, address, tz)
+        if size is None:
+            raise LookupError(f"{stream}: row line {address} is missing")
+        return size
+
+    def written_size(
+        self, store: EventStore, stream: StreamId, address: Address, tz: tzinfo
+    ) -> int | None:
+        """The rendered bytes of the line at `address`, or None if it is not written."""
+        size = self.sizes.get(address)
+        if size is None or tz != self.zone:
+            if self._rendered(store, stream, address, tz) is None:
+                return None
+            size = self.sizes[address]
+        return size
+
+    def _rendered(
+        self, store: EventStore, stream: StreamId, address: Address, tz: tzinfo
+    ) -> str | None:
         if tz != self.zone:
             self.clear()
             self.zone = tz
@@ -42,21 +77,14 @@ class LineSizes:
         if text is None:
             line = store.line(stream, *address)
             if line is None:
-                raise LookupError(f"{stream}: row line {address} is missing")
+                return None
             text = render_line(address, line.text, line.first_ms, line.last_ms, tz)
             self.texts[address] = text
             self.sizes[address] = len(text.encode())
         return text
 
-    def measure(self, store: EventStore, stream: StreamId, address: Address, tz: tzinfo) -> int:
-        size = self.sizes.get(address)
-        if size is None or tz != self.zone:
-            self.render(store, stream, address, tz)
-            size = self.sizes[address]
-        return size
-
     def keep(self, addresses: Sequence[Address]) -> None:
-        """Drop every line but those at `addresses` (a line merged out never comes back)."""
+        """Drop every line but those at `addresses`."""
         self.texts = {a: self.texts[a] for a in addresses if a in self.texts}
         self.sizes = {a: self.sizes[a] for a in addresses if a in self.sizes}
 
@@ -87,14 +115,12 @@ async def publish(
     current = store.published_row(stream)
     old_row = [Address(*entry) for entry in current.entries] if current is not None else []
     row = append_leaves(old_row, meta.leaf_frontier)
-
-    def line_bytes(address: Address) -> int:
-        return sizes.measure(store, stream, address, tz)
-
-    def has_line(address: Address) -> bool:
-        return address in sizes.sizes or store.line(stream, *address) is not None
-
-    result = sawtooth(row, line_bytes, has_line, settings.row_high_bytes, settings.row_low_bytes)
+    known = await _measure_row(store, stream, row, tz, sizes)
+    if row_bytes(row, known.__getitem__) > settings.row_high_bytes:
+        await _measure_above(store, stream, known, tz, sizes)
+    result = sawtooth(
+        row, known.__getitem__, known.__contains__, settings.row_high_bytes, settings.row_low_bytes
+    )
     sizes.keep(result.row)
     event = RowPublished(
         at_ms=now_ms,
@@ -105,3 +131,38 @@ async def publish(
     )
     await append(stream, [event])
     return event
+
+
+async def _measure_row(
+    store: EventStore, stream: StreamId, row: Sequence[Address], tz: tzinfo, sizes: LineSizes
+) -> dict[Address, int]:
+    """The rendered bytes of each line of `row` (all written)."""
+    known: dict[Address, int] = {}
+    for count, address in enumerate(row, 1):
+        known[address] = sizes.measure(store, stream, address, tz)
+        if count % MEASURE_CHUNK == 0:
+            await trio.lowlevel.checkpoint()
+    return known
+
+
+async def _measure_above(
+    store: EventStore, stream: StreamId, known: dict[Address, int], tz: tzinfo, sizes: LineSizes
+) -> None:
+    """Add to `known` every written line above its lines, level by level.
+
+    A merge needs its parent's line, so these are all the lines a sawtooth from
+    those lines can reach: `known` then answers both its questions.
+    """
+    level = list(known)
+    measured = 0
+    while level:
+        above = sorted({parent(address) for address in level} - known.keys())
+        level = []
+        for address in above:
+            size = sizes.written_size(store, stream, address, tz)
+            if size is not None:
+                known[address] = size
+                level.append(address)
+            measured += 1
+            if measured % MEASURE_CHUNK == 0:
+                await trio.lowlevel.checkpoint()

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 
@@ -348,6 +348,7 @@ async def write_reply(
     settings: ModelSettings,
     wall_ms: int,
     record: bool = True,
+    ahead: Sequence[Post] = (),
 ) -> ReplyOutcome:
     """Eva's answer to `question` in `stream`, with her memory and tools of that channel only.
 
@@ -355,6 +356,8 @@ async def write_reply(
     are used up; apologises (recording no reply) when the model fails. With
     `record` False the reply.written event is returned in `unrecorded` for the
     caller to append once the answer is out, so posting it waits for no commit.
+    `ahead` are the posts that came before the question and may not be stored yet,
+    the question last (see GetPrompt): the memory shows them all the same.
     """
     store = supervisor.shared.store
     month = reply_month(wall_ms)
@@ -371,7 +374,7 @@ async def write_reply(
         )
         return ReplyOutcome(text=refusal_text(limit), quota_left=0, refused=True)
 
-    memory = await supervisor.ask(stream, GetPrompt())
+    memory = await supervisor.ask(stream, GetPrompt(ahead=tuple(ahead)))
     assert isinstance(memory, str)
     tools = marked_tools(settings.cache_ttl)
     system: list[TextBlockParam] = [

@@ -163,9 +163,16 @@ class EventStore:
 
     def index_of(self, stream: StreamId, message_id: int) -> int | None:
         """The channel index of a Discord message id, if stored."""
+        return self.indexes_of(stream, [message_id])[0]
+
+    def indexes_of(self, stream: StreamId, message_ids: Sequence[int]) -> list[int | None]:
+        """The channel index of each Discord message id, if stored (in one read)."""
         with self.backend.reading() as tables:
-            data = tables.get("discord_ids", keys.discord_id_key(stream, message_id))
-        return None if data is None else keys.decode_u64(data)
+            found = [
+                tables.get("discord_ids", keys.discord_id_key(stream, message_id))
+                for message_id in message_ids
+            ]
+        return [None if data is None else keys.decode_u64(data) for data in found]
 
     def message(self, stream: StreamId, index: int) -> StoredMessage | None:
         """The message at `index` with its latest text, or None past the end."""
