@@ -160,6 +160,7 @@ class ChannelActor:
         self.retry_delay = shared.live.retry_first_seconds
         self.last_input = trio.current_time()
         self.last_input_ms = shared.wall_ms()
+        self.last_read = -math.inf  # a read keeps the channel awake, not from going quiet
         self.row_text = RowText()
         self.sizes = LineSizes()
         self.tail = _Tail()
@@ -205,12 +206,13 @@ class ChannelActor:
                 await self._serve(request)
             finally:
                 self.reading -= 1
+                self.last_read = trio.current_time()
             self._waiting.cancel()  # let the main loop see whether it may sleep now
 
     def _may_sleep(self) -> bool:
         stats = self.receive.statistics()
         reads = self.read_receive.statistics()
-        idle = trio.current_time() - self.last_input >= self.shared.live.idle_seconds
+        idle = trio.current_time() - self._last_active() >= self.shared.live.idle_seconds
         return (
             idle
             and not self.compressing
@@ -222,6 +224,10 @@ class ChannelActor:
             and reads.tasks_waiting_send == 0
             and self.reading == 0
         )
+
+    def _last_active(self) -> float:
+        """When the channel last had an input or was read: it sleeps once idle since."""
+        return max(self.last_input, self.last_read)
 
     def _publish_pending(self) -> bool:
         meta = self._meta()
@@ -237,13 +243,14 @@ class ChannelActor:
         deadlines = [self.retry_at]
         if self._publish_pending() and self._quiet_timer_for != self.last_input:
             deadlines.append(self.last_input + self.shared.settings.quiet_ms / 1000)
-        idle = self.last_input + self.shared.live.idle_seconds
+        idle = self._last_active() + self.shared.live.idle_seconds
         if idle > now:
             deadlines.append(idle)
         return min(deadlines)
 
     async def _wake(self) -> None:
-        """Resume what the projections say is unfinished: a publish due, compression due."""
+        """Resume what the projections say is unfinished (a publish due, compression due)
+        and load the tail."""
         meta = self._meta()
         if meta is None:
             return
@@ -253,6 +260,9 @@ class ChannelActor:
             self.last_input = trio.current_time() - max(0, quiet_for) / 1000
         await self._maybe_publish()
         self._maybe_compress(force=meta.ready > 0)
+        # Read the tail now, so a question to an awake channel never waits for it.
+        meta = self._meta()
+        self._follow_frontier(meta, channel_zone(meta, self.shared.settings))
 
     async def _on_timer(self) -> None:
         now = trio.current_time()

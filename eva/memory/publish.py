@@ -83,6 +83,20 @@ class LineSizes:
             self.sizes[address] = len(text.encode())
         return text
 
+    def fill(
+        self, store: EventStore, stream: StreamId, addresses: Sequence[Address], tz: tzinfo
+    ) -> None:
+        """Render the lines at `addresses` not rendered yet, read in one transaction."""
+        if tz != self.zone:
+            self.clear()
+            self.zone = tz
+        missing = [address for address in addresses if address not in self.texts]
+        for (start, size), line in store.lines(stream, missing).items():
+            address = Address(start, size)
+            text = render_line(address, line.text, line.first_ms, line.last_ms, tz)
+            self.texts[address] = text
+            self.sizes[address] = len(text.encode())
+
     def keep(self, addresses: Sequence[Address]) -> None:
         """Drop every line but those at `addresses`."""
         self.texts = {a: self.texts[a] for a in addresses if a in self.texts}

@@ -83,7 +83,9 @@ def row_lines(
     row = store.published_row(stream)
     assert row is not None
     if rendered is not None:
-        lines = [rendered.render(store, stream, Address(*entry), tz) for entry in row.entries]
+        addresses = [Address(*entry) for entry in row.entries]
+        rendered.fill(store, stream, addresses, tz)
+        lines = [rendered.render(store, stream, address, tz) for address in addresses]
     else:
         lines = []
         with store.backend.reading() as tables:
