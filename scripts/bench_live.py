@@ -6,14 +6,17 @@ sending its messages in order as fast as the supervisor takes them, while
 compression runs in the background on the offline summarizer. Two ingest
 phases: the default settings (the 48 KiB mark is not reached with ~230
 messages a channel, so no compression runs) and small marks
-(--compress-at-kib, default 4) so compression really runs during ingest. Then
-it times GetPrompt on channels kept awake by the questions, and, in a fresh directory first
-thing in the process, measures what a sleeping channel costs in memory.
+(--compress-at-kib, default 4) so compression really runs during ingest. In
+each phase, after that saturating feed, the same messages are offered again to
+fresh channels at a steady rate (--paced-rate, open loop) to time input to
+durable at a load below saturation. Then it times GetPrompt on channels kept
+awake by the questions, and, in a fresh directory first thing in the process,
+measures what a sleeping channel costs in memory.
 The last line printed is one JSON object.
 
     python scripts/bench_live.py [--channels 200] [--compress-at-kib 4]
                                  [--sleeping-channels 10000] [--prompts 3000]
-                                 [--window 64]
+                                 [--window 64] [--paced-rate 10000]
 """
 
 from __future__ import annotations
@@ -50,6 +53,11 @@ QUIET_MS = 1000
 INGEST_LIMIT_S = 600.0
 STEP_LIMIT_S = 120.0
 
+
+PACED_RATE = 10_000.0
+"""Messages a second offered, open loop, when timing input-to-durable at a steady load."""
+PACED_CHANNEL = 1_000_000
+"""The first channel id of the paced feed (fresh channels, apart from the saturating feed)."""
 
 HOT_CHANNELS = 20
 """Channels asked for their prompt over and over, to time prompts of awake channels."""
@@ -125,6 +133,38 @@ async def ingest(
     return time.perf_counter() - started, latencies
 
 
+async def ingest_paced(
+    supervisor: Supervisor, posts: Sequence[Post], channels: int, rate: float
+) -> tuple[float, list[float]]:
+    """Offer the messages at `rate` a second, open loop; (seconds, each input-to-durable latency).
+
+    Message i arrives at i / rate seconds (to channel i % channels) whether or
+    not the ones before are stored yet; its latency runs from its arrival to
+    its answer, so a sender held up by a full inbox counts against it.
+    """
+    latencies: list[float] = []
+    started = time.perf_counter()
+
+    async def sender(positions: list[int], stream: StreamId) -> None:
+        async with trio.open_nursery() as answers:
+            for position in positions:
+                due = started + position / rate
+                await trio.sleep(max(0.0, due - time.perf_counter()))
+                request = await supervisor.submit(stream, posts[position])
+                answers.start_soon(settle_one, request, due)
+
+    async def settle_one(request: Any, due: float) -> None:
+        await request.result()
+        latencies.append(time.perf_counter() - due)
+
+    with trio.fail_after(INGEST_LIMIT_S):
+        async with trio.open_nursery() as nursery:
+            for channel in range(channels):
+                positions = list(range(channel, len(posts), channels))
+                nursery.start_soon(sender, positions, StreamId(GUILD, PACED_CHANNEL + channel))
+    return time.perf_counter() - started, latencies
+
+
 async def wait_asleep(supervisor: Supervisor, limit_s: float = STEP_LIMIT_S) -> float:
     started = time.perf_counter()
     with trio.fail_after(limit_s):
@@ -154,6 +194,7 @@ async def ingest_phase(
     settings: MemorySettings,
     prompts: int,
     window: int = WINDOW,
+    paced_rate: float = PACED_RATE,
 ) -> dict[str, Any]:
     """Ingest into `channels` channels, let compression finish, time prompts, let them sleep."""
     store = EventStore(open_backend(data))
@@ -169,6 +210,8 @@ async def ingest_phase(
             await settle(store, settings, supervisor)
         settle_s = time.perf_counter() - settle_started
         streams = list(by_channel)
+        paced_s, paced = await ingest_paced(supervisor, posts, channels, paced_rate)
+        note(f"paced ingest at {paced_rate:,.0f} msgs/s took {paced_s:.2f} s")
         note("timing prompts")
         with trio.fail_after(STEP_LIMIT_S):
             # Questions to a few channels keep them awake (reads count as activity);
@@ -194,6 +237,10 @@ async def ingest_phase(
         "store_p99_ms": p99_ms(latencies),
         "store_max_ms": round(max(latencies) * 1000, 3),
         "tasks_done_during_ingest": ingested.tasks_done,
+        "paced_msgs_per_s": paced_rate,
+        "paced_achieved_msgs_per_s": round(len(posts) / paced_s),
+        "store_p50_ms_paced": round(sorted(paced)[len(paced) // 2] * 1000, 3),
+        "store_p99_ms_paced": p99_ms(paced),
         "settle_s": round(settle_s, 3),
         "tasks_done": stats.tasks_done,
         "commits": stats.commits,
@@ -257,6 +304,10 @@ def main() -> int:
     parser.add_argument("--sleeping-channels", type=int, default=10_000)
     parser.add_argument("--prompts", type=int, default=3000)
     parser.add_argument(
+        "--paced-rate", type=float, default=PACED_RATE,
+        help="messages a second offered when timing latency at a steady load (default %(default)s)",
+    )
+    parser.add_argument(
         "--window", type=int, default=WINDOW,
         help="messages of a channel queued behind the one being stored (default %(default)s)",
     )
@@ -279,10 +330,10 @@ def main() -> int:
         sleeping = trio.run(sleeping_phase, root / "sleeping", posts, args.sleeping_channels)
         print("sleeping channels:", json.dumps(sleeping), file=sys.stderr)
         plain = trio.run(ingest_phase, root / "default", posts, args.channels, default,
-                         args.prompts, args.window)
+                         args.prompts, args.window, args.paced_rate)
         print("default marks:", json.dumps(plain), file=sys.stderr)
         compressing = trio.run(ingest_phase, root / "small", posts, args.channels, small,
-                               args.prompts, args.window)
+                               args.prompts, args.window, args.paced_rate)
         print("small marks:", json.dumps(compressing), file=sys.stderr)
         rss_mb = round(memory_kb()["VmRSS"] / 1024, 1)
     worst = min(plain["ingest_msgs_per_s"], compressing["ingest_msgs_per_s"])
@@ -293,6 +344,8 @@ def main() -> int:
         "ingest_msgs_per_s_default_marks": plain["ingest_msgs_per_s"],
         "ingest_msgs_per_s_compressing": compressing["ingest_msgs_per_s"],
         "store_p99_ms": max(plain["store_p99_ms"], compressing["store_p99_ms"]),
+        "paced_msgs_per_s": args.paced_rate,
+        "store_p99_ms_paced": max(plain["store_p99_ms_paced"], compressing["store_p99_ms_paced"]),
         "prompt_p99_ms": max(plain["prompt_p99_ms"], compressing["prompt_p99_ms"]),
         "prompt_cold_p99_ms": max(plain["prompt_cold_p99_ms"], compressing["prompt_cold_p99_ms"]),
         "tasks_done": compressing["tasks_done"],
