@@ -48,7 +48,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def line_summarizer(
-    args: argparse.Namespace, settings: MemorySettings
+    args: argparse.Namespace, settings: MemorySettings, store: EventStore
 ) -> tuple[Summarizer, Callable[[], Awaitable[None]]]:
     """The offline summarizer, or with --model the Claude line writer; and how to close it."""
     if not args.model:
@@ -57,12 +57,14 @@ def line_summarizer(
     if not key:
         raise UserError("--model needs ANTHROPIC_API_KEY set to an Anthropic API key")
     from eva.cli.cmd_cost import load_model_settings
+    from eva.model.batch_book import BatchBook
     from eva.model.client import make_client
     from eva.model.line_writer import ClaudeLineWriter
 
     models = load_model_settings(args.settings)
     client = make_client(models, key)
-    return ClaudeLineWriter(client, models, settings.line_limit), client.close
+    book = BatchBook(store.backend)
+    return ClaudeLineWriter(client, models, settings.line_limit, book=book), client.close
 
 
 async def _nothing() -> None:
@@ -105,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
         streams = [find_stream(store, args.channel)]
     else:
         streams = [StreamId(m.guild_id, m.channel_id) for m in store.streams()]
-    summarizer, close = line_summarizer(args, settings)
+    summarizer, close = line_summarizer(args, settings, store)
 
     async def build_all() -> list[dict[str, object]]:
         results = []

@@ -8,10 +8,12 @@
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterable
 from typing import Final, Literal, NamedTuple, TypeAlias
 
 Table: TypeAlias = Literal[
-    "events", "streams", "messages", "discord_ids", "lines", "ready", "postings", "stale"
+    "events", "streams", "messages", "discord_ids", "lines", "ready", "postings", "stale",
+    "batches",
 ]
 
 EVENTS: Final = "events"
@@ -25,7 +27,11 @@ PROJECTION_TABLES: Final[tuple[Table, ...]] = (
     "postings",
     "stale",
 )
-ALL_TABLES: Final[tuple[Table, ...]] = ("events", *PROJECTION_TABLES)
+# The one table that belongs to no stream: which message batch each line task
+# went out in (keyed by the task's fingerprint), so a restart takes up a batch
+# in flight instead of paying for its tasks again. Not derived from events.
+BATCHES: Final = "batches"
+ALL_TABLES: Final[tuple[Table, ...]] = ("events", *PROJECTION_TABLES, BATCHES)
 
 _U64 = struct.Struct(">Q")
 _PREFIX = struct.Struct(">QQ")
@@ -81,6 +87,23 @@ def message_key(stream: StreamId, index: int) -> bytes:
 
 def discord_id_key(stream: StreamId, message_id: int) -> bytes:
     return _PREFIX_U64.pack(stream.guild_id, stream.channel_id, message_id)
+
+
+def discord_id_keys(stream: StreamId, message_ids: Iterable[int]) -> list[bytes]:
+    """`discord_id_key` of each id, in order."""
+    pack, guild, channel = _PREFIX_U64.pack, stream.guild_id, stream.channel_id
+    return [pack(guild, channel, message_id) for message_id in message_ids]
+
+
+def message_keys(stream: StreamId, start: int, count: int) -> list[bytes]:
+    """`message_key` of indexes start .. start+count-1."""
+    pack, guild, channel = _PREFIX_U64.pack, stream.guild_id, stream.channel_id
+    return [pack(guild, channel, index) for index in range(start, start + count)]
+
+
+def event_keys(stream: StreamId, first: int, count: int) -> list[bytes]:
+    """`event_key` of sequence numbers first .. first+count-1."""
+    return message_keys(stream, first, count)  # the same layout
 
 
 def line_key(stream: StreamId, start: int, size: int) -> bytes:

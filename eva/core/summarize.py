@@ -8,6 +8,7 @@
 # always passes `validate_line` and keeps `Name:` prefixes while they fit.
 from __future__ import annotations
 
+import hashlib
 import inspect
 import re
 from collections.abc import Sequence
@@ -56,6 +57,24 @@ class Summary(msgspec.Struct, frozen=True, kw_only=True):
     usage: Usage | None = None
     batch_usage: Usage | None = None
     """The part of `usage` charged through the Message Batches API, if any."""
+
+
+_task_encoder = msgspec.msgpack.Encoder()
+
+
+def task_fingerprint(task: Task, model: str, limit: int) -> bytes:
+    """16 bytes that name exactly this task asked of `model` under `limit`.
+
+    Two tasks share a fingerprint only if their kind, address and texts are
+    the same, so a task whose text has changed since (an edit, a forget) never
+    matches one sent before. The texts cannot be read back from it.
+    """
+    kind = b"leaf" if isinstance(task, LeafTask) else b"merge"
+    digest = hashlib.blake2b(digest_size=16, person=b"eva-line-task")
+    for part in (kind, model.encode(), str(limit).encode(), _task_encoder.encode(task)):
+        digest.update(len(part).to_bytes(4, "big"))
+        digest.update(part)
+    return digest.digest()
 
 
 class Summarizer(Protocol):

@@ -66,6 +66,7 @@ from eva.discord.mapping import (
 from eva.discord.messages import asks_eva, mention_names, post_from
 from eva.live.inputs import Describe, Edit, Post
 from eva.live.supervisor import Supervisor, open_supervisor, wall_clock_ms
+from eva.model.batch_book import BatchBook
 from eva.model.client import make_client
 from eva.model.line_writer import ClaudeLineWriter
 from eva.store.event_store import EventStore
@@ -634,7 +635,8 @@ async def run_bot(
         summarizer = (
             OfflineSummarizer(memory.line_limit)
             if client is None
-            else ClaudeLineWriter(client, models, memory.line_limit)
+            else ClaudeLineWriter(client, models, memory.line_limit,
+                                  book=BatchBook(store.backend))
         )
     status = EXIT_OK
     started = time.monotonic()

@@ -25,7 +25,8 @@ from eva.core.address import Address, format_address, parse_address
 from eva.core.events import Usage
 from eva.core.render import LINE_LIMIT_BYTES, cut_to_bytes, utf8_size
 from eva.core.settings import ModelSettings
-from eva.core.summarize import LeafTask, MergeTask, Summary, Task
+from eva.core.summarize import LeafTask, MergeTask, Summary, Task, task_fingerprint
+from eva.model.batch_book import BatchBook, BatchRef
 from eva.model.client import (
     BACKOFF_FIRST_S,
     ModelCallFailed,
@@ -197,17 +198,29 @@ class _Ledger:
         lengths: Sequence[int],
         *,
         batched: bool = False,
+        request: Sequence[tuple[Address, int]] | None = None,
     ) -> None:
+        """Charge each task its share of `message`'s usage.
+
+        `request` lists every task the message answered, in order, with its
+        answer's length, when only some of them are charged here: a batch sent
+        before a restart may serve its tasks one call at a time, and the shares
+        come out the same however they are asked.
+        """
         usage = message.usage
         even = [
             usage.input_tokens,
             usage.cache_creation_input_tokens or 0,
             usage.cache_read_input_tokens or 0,
         ]
-        inputs, writes, reads = (split_evenly(total, len(tasks)) for total in even)
-        outputs = split_by_weight(usage.output_tokens, lengths)
+        if request is None:
+            request = [(task.address, length) for task, length in zip(tasks, lengths, strict=True)]
+        inputs, writes, reads = (split_evenly(total, len(request)) for total in even)
+        outputs = split_by_weight(usage.output_tokens, [length for _, length in request])
+        position = {address: index for index, (address, _) in enumerate(request)}
         ledgers = [self.counts, self.batch_counts] if batched else [self.counts]
-        for index, task in enumerate(tasks):
+        for task in tasks:
+            index = position[task.address]
             for ledger in ledgers:
                 counts = ledger.setdefault(task.address, [0, 0, 0, 0])
                 counts[0] += inputs[index]
@@ -245,8 +258,17 @@ def reply_text(message: Message) -> str:
     return "".join(block.text for block in message.content if block.type == "text")
 
 
+class BatchGone(RuntimeError):
+    """A message batch that no longer holds a usable answer (expired, failed, unknown)."""
+
+
 class ClaudeLineWriter:
-    """A Summarizer that writes leaf and merge lines with the line model, many tasks a request."""
+    """A Summarizer that writes leaf and merge lines with the line model, many tasks a request.
+
+    Given a `BatchBook`, every message batch is written down before it is
+    waited for, and a task already sent in a batch (before a restart, or by
+    a call that was cut short) is taken from that batch rather than sent again.
+    """
 
     def __init__(
         self,
@@ -255,13 +277,16 @@ class ClaudeLineWriter:
         limit: int = LINE_LIMIT_BYTES,
         *,
         backoff_first_s: float = BACKOFF_FIRST_S,
+        book: BatchBook | None = None,
     ) -> None:
         self.client = client
         self.settings = settings
         self.limit = limit
         self.backoff_first_s = backoff_first_s
+        self.book = book
         # Work that is not urgent goes through the Message Batches API, which may take hours.
         self.background_batches = settings.use_batches
+        self.batches_resumed = 0
 
     async def summarize(self, tasks: Sequence[Task], urgent: bool = True) -> list[Summary]:
         """One summary per task that got a usable line, in the order of `tasks`.
@@ -274,10 +299,15 @@ class ClaudeLineWriter:
         if not tasks:
             return []
         ledger = _Ledger()
-        via_batch = not urgent and self.settings.use_batches
-        outcome = await self._write(tasks, ledger, via_batch)
-        lines, model = dict(outcome.lines), outcome.model
-        for task in outcome.missing:
+        booked: dict[Address, bytes] = {}
+        lines, model, rest = await self._resume(tasks, ledger, booked, wait=not urgent)
+        missing: list[Task] = []
+        if rest:
+            via_batch = not urgent and self.settings.use_batches
+            outcome = await self._write(rest, ledger, via_batch, booked)
+            lines.update(outcome.lines)
+            model, missing = model or outcome.model, outcome.missing
+        for task in missing:
             log.info("no usable line for %s in a reply; asking for it alone",
                      format_address(task.address))
             try:
@@ -291,6 +321,8 @@ class ClaudeLineWriter:
             if alone.missing:
                 log.warning("no usable line for %s even alone; it stays pending",
                             format_address(task.address))
+        if self.book is not None:
+            await self.book.drop([booked[a] for a in lines if a in booked])
         return [
             Summary(
                 address=task.address,
@@ -305,14 +337,37 @@ class ClaudeLineWriter:
 
     # -- one request and its follow-ups ------------------------------------------
 
-    async def _write(self, tasks: Sequence[Task], ledger: _Ledger, via_batch: bool) -> _Outcome:
+    async def _write(
+        self,
+        tasks: Sequence[Task],
+        ledger: _Ledger,
+        via_batch: bool,
+        booked: dict[Address, bytes] | None = None,
+    ) -> _Outcome:
         conversation: list[MessageParam] = [
             {"role": "user", "content": request_text(tasks, self.limit)}
         ]
         if via_batch:
-            message, batched = await self._ask_batch(conversation, tasks)
+            message, batched = await self._ask_batch(conversation, tasks, booked)
         else:
             message, batched = await self._ask(conversation, tasks), False
+        return await self._take(conversation, message, tasks, ledger, batched)
+
+    async def _take(
+        self,
+        conversation: list[MessageParam],
+        message: Message,
+        tasks: Sequence[Task],
+        ledger: _Ledger,
+        batched: bool,
+        *,
+        whole_request: bool = True,
+    ) -> _Outcome:
+        """The lines `message` gives for `tasks`, checked, shortened or cut to fit.
+
+        Unless `whole_request`, the message answered other tasks too (a batch
+        sent before), and the tasks are charged only their share of it.
+        """
         answers = parse_lines(reply_text(message))
         outcome = _Outcome(model=message.model)
         shortest: dict[Address, str] = {}
@@ -324,7 +379,12 @@ class ClaudeLineWriter:
             else:
                 outcome.missing.append(task)
         lengths = [utf8_size(usable.get(t.address, "")) for t in tasks]
-        ledger.charge(message, tasks, lengths, batched=batched)
+        request = None
+        if not whole_request:  # every answer of the request, in its order
+            request = [(address, utf8_size(said[0]) if len(said) == 1 else 0)
+                       for address, said in answers.items()]
+            request += [(t.address, 0) for t in tasks if t.address not in answers]
+        ledger.charge(message, tasks, lengths, batched=batched, request=request)
         for address, text in usable.items():
             if utf8_size(text) <= self.limit:
                 outcome.lines[address] = text
@@ -421,12 +481,15 @@ class ClaudeLineWriter:
         )
 
     async def _ask_batch(
-        self, conversation: list[MessageParam], tasks: Sequence[Task]
+        self,
+        conversation: list[MessageParam],
+        tasks: Sequence[Task],
+        booked: dict[Address, bytes] | None = None,
     ) -> tuple[Message, bool]:
         """The answer through the Message Batches API (and True); if the batch fails,
         through a direct request (and False)."""
         try:
-            return await self._batch_answer(conversation, tasks), True
+            return await self._batch_answer(conversation, tasks, booked), True
         except SpendLimitReached:
             raise
         except Exception as error:  # any other batch trouble: the direct path still works
@@ -435,7 +498,10 @@ class ClaudeLineWriter:
             return await self._ask(conversation, tasks), False
 
     async def _batch_answer(
-        self, conversation: list[MessageParam], tasks: Sequence[Task]
+        self,
+        conversation: list[MessageParam],
+        tasks: Sequence[Task],
+        booked: dict[Address, bytes] | None = None,
     ) -> Message:
         first = tasks[0].address
         custom_id = f"lines-{first.start}-{first.size}"
@@ -444,19 +510,41 @@ class ClaudeLineWriter:
             "params": self._params(conversation, tasks),
         }
         what = f"a message batch of {self._what(tasks)}"
-        batches = self.client.messages.batches
 
         async def create() -> anthropic.types.messages.MessageBatch:
-            return await batches.create(requests=[request])
+            return await self.client.messages.batches.create(requests=[request])
 
         batch = await call_with_retries(
             create, self.settings, what, backoff_first_s=self.backoff_first_s
         )
+        if self.book is not None:
+            fingerprints = {task.address: self._fingerprint(task) for task in tasks}
+            ref = BatchRef(batch.id, custom_id, self.book.now_ms())
+            await self.book.record(list(fingerprints.values()), ref)
+            if booked is not None:
+                booked.update(fingerprints)
+        message = await self._batch_message(batch, custom_id, what, wait=True)
+        assert message is not None, "waited until the batch ended"
+        return message
+
+    async def _batch_message(
+        self,
+        batch: anthropic.types.messages.MessageBatch,
+        custom_id: str,
+        what: str,
+        *,
+        wait: bool,
+    ) -> Message | None:
+        """The answer to request `custom_id` of `batch`, polled until it ends (if `wait`;
+        else None while it is still running). Raises BatchGone when it has no answer."""
+        batches = self.client.messages.batches
 
         async def retrieve() -> anthropic.types.messages.MessageBatch:
             return await batches.retrieve(batch.id)
 
         while batch.processing_status != "ended":
+            if not wait:
+                return None
             await trio.sleep(self.settings.batch_poll_seconds)
             batch = await call_with_retries(
                 retrieve, self.settings, what, backoff_first_s=self.backoff_first_s
@@ -466,7 +554,74 @@ class ClaudeLineWriter:
             outcomes[item.custom_id] = item.result
         result = outcomes.get(custom_id)
         if result is None:
-            raise RuntimeError(f"batch {batch.id} has no result for {custom_id}")
+            raise BatchGone(f"batch {batch.id} has no result for {custom_id}")
         if result.type != "succeeded":
-            raise RuntimeError(f"batch {batch.id} request {custom_id}: {result.type}")
+            raise BatchGone(f"batch {batch.id} request {custom_id}: {result.type}")
         return result.message
+
+    # -- batches sent before -------------------------------------------------
+
+    def _fingerprint(self, task: Task) -> bytes:
+        return task_fingerprint(task, self.settings.line_model, self.limit)
+
+    async def _resume(
+        self, tasks: Sequence[Task], ledger: _Ledger, booked: dict[Address, bytes], *, wait: bool
+    ) -> tuple[dict[Address, str], str, list[Task]]:
+        """Lines for the tasks already sent in a message batch, the model that wrote
+        them, and the tasks still to ask.
+
+        A batch still running is waited for if `wait` (work that is not urgent),
+        else its tasks are asked now. A batch whose answer is gone is struck
+        from the book and its tasks asked again.
+        """
+        lines: dict[Address, str] = {}
+        if self.book is None:
+            return lines, "", list(tasks)
+        fingerprints = {task.address: self._fingerprint(task) for task in tasks}
+        found = self.book.find(fingerprints.values())
+        groups: dict[BatchRef, list[Task]] = {}
+        for task in tasks:
+            ref = found.get(fingerprints[task.address])
+            if ref is not None:
+                groups.setdefault(ref, []).append(task)
+                booked[task.address] = fingerprints[task.address]
+        model = ""
+        for ref, group in groups.items():
+            what = f"message batch {ref.batch_id} sent before ({self._what(group)})"
+            try:
+                message = await self._sent_before(ref, what, wait=wait)
+            except BatchGone as error:
+                log.warning("%s has no answer (%s); asking again", what, error)
+                await self.book.drop([fingerprints[task.address] for task in group])
+                continue
+            except (ModelCallFailed, ModelRequestRefused) as error:
+                log.warning("%s could not be read (%s); asking again", what, error)
+                continue
+            if message is None:
+                log.info("%s is still running; asking now", what)
+                continue
+            log.info("taking %s", what)
+            self.batches_resumed += 1
+            conversation: list[MessageParam] = [
+                {"role": "user", "content": request_text(group, self.limit)}
+            ]
+            outcome = await self._take(
+                conversation, message, group, ledger, batched=True, whole_request=False
+            )
+            lines.update(outcome.lines)
+            model = model or outcome.model
+        return lines, model, [task for task in tasks if task.address not in lines]
+
+    async def _sent_before(self, ref: BatchRef, what: str, *, wait: bool) -> Message | None:
+        async def retrieve() -> anthropic.types.messages.MessageBatch:
+            return await self.client.messages.batches.retrieve(ref.batch_id)
+
+        try:
+            batch = await call_with_retries(
+                retrieve, self.settings, what, backoff_first_s=self.backoff_first_s
+            )
+        except ModelRequestRefused as error:
+            if isinstance(error.__cause__, anthropic.NotFoundError):
+                raise BatchGone(f"batch {ref.batch_id} is unknown") from error
+            raise
+        return await self._batch_message(batch, ref.custom_id, what, wait=wait)

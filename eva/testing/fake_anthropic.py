@@ -78,6 +78,8 @@ class FakeMessagesAPI:
     script: deque[Failure] = field(default_factory=deque)
     key: str = "test-key"
     cache_ttl_s: float = 300.0
+    hold_batches: bool = False
+    """While True, every message batch stays in progress (as one taking hours would)."""
     _cache: dict[str, float] = field(default_factory=dict)
     _batches: dict[str, JSON] = field(default_factory=dict)
     _ids: Iterator[int] = field(default_factory=itertools.count)
@@ -114,6 +116,17 @@ class FakeMessagesAPI:
 
     def message_requests(self) -> list[Recorded]:
         return [r for r in self.requests if r.path == "/v1/messages"]
+
+    def batch_messages(self) -> list[JSON]:
+        """Every message the batches made so far hold, in the order they were made."""
+        with self._lock:
+            return [result["result"]["message"] for entry in self._batches.values()
+                    for result in entry["results"]]
+
+    def drop_batches(self) -> None:
+        """Forget every batch, as the API does once results expire."""
+        with self._lock:
+            self._batches.clear()
 
     # -- the handler ----------------------------------------------------------
 
@@ -236,6 +249,9 @@ class FakeMessagesAPI:
             handler.send_header("content-length", str(len(lines)))
             handler.end_headers()
             handler.wfile.write(lines)
+        elif self.hold_batches:
+            self._send(handler, 200, {**entry["object"], "processing_status": "in_progress",
+                                      "ended_at": None})
         else:
             self._send(handler, 200, entry["object"])
 
