@@ -57,9 +57,14 @@ def _apply(
     # The projector reads earlier events (an edit, its message); later ones
     # being there already changes nothing.
     tables.put_many("events", events)
-    apply = projector.apply
-    for key, data in events:
-        apply(stream, keys.seq_of(key), decode_event(data))
+    if not events:
+        return
+    first = keys.seq_of(events[0][0])
+    if keys.seq_of(events[-1][0]) - first == len(events) - 1:  # no gap: runs of posts at once
+        projector.apply_all(stream, first, [decode_event(data) for _, data in events])
+        return
+    for key, data in events:  # the projector rejects the event after a gap
+        projector.apply(stream, keys.seq_of(key), decode_event(data))
 
 
 def projection_rows(tables: Tables, stream: StreamId) -> ProjectionRows:

@@ -59,17 +59,18 @@ class StoredMessage:
 def write_batch(tables: Tables, projector: Projector, batch: Batch) -> Appended:
     """Append one batch inside an open write transaction."""
     first = projector.meta(batch.stream).position
+    stored = []
     for offset, event in enumerate(batch.events):
-        seq = first + offset
         try:
-            data = encode_event(event)
+            stored.append(encode_event(event))
         except (OverflowError, TypeError, ValueError) as error:
             raise Rejected(
                 f"{batch.stream}: event {offset} of the batch cannot be stored: {error}"
             ) from error
-        tables.put("events", keys.event_key(batch.stream, seq), data)
-        projector.apply(batch.stream, seq, event)
-    return Appended(batch.stream, first, len(batch.events))
+    count = len(stored)
+    tables.put_many("events", zip(keys.event_keys(batch.stream, first, count), stored, strict=True))
+    projector.apply_all(batch.stream, first, batch.events)
+    return Appended(batch.stream, first, count)
 
 
 class EventStore:
