@@ -1,7 +1,8 @@
 """Benchmark the Discord bot: the shared sample through the fake gateway into one bot process.
 
 The real hikari client (under trio-asyncio) connects to the fake Discord on loopback, which
-runs with its pusher in a child process (its own GIL, as Discord would be); the pusher posts
+runs with its pusher and the fake Messages API in a child process (their own GIL, as Discord
+and Anthropic would be); the pusher posts
 the sample's 45,707 messages (read in place, never copied) as their authors, as fast as the
 bot takes them (at most --window messages sent and not yet durable), and every
 --mention-every-th message mentions Eva (mention-to-reply counts from the fake sending it to
@@ -80,7 +81,8 @@ def fake_side(
     window: int,
     durable: Synchronized[int],
 ) -> None:
-    """The child process: the fake Discord and the pusher (its own GIL, as Discord would be)."""
+    """The child process: the fake Discord, the pusher and the fake Messages API (their own
+    GIL, as Discord's and Anthropic's servers would be)."""
     posts = load_posts(limit)
     fake = FakeDiscord()
     users: dict[int, User] = {}
@@ -93,8 +95,9 @@ def fake_side(
     eva = fake.bot_user
     sent: dict[int, float] = {}
     mentions: list[int] = []
-    with fake.serve():
-        link.send((fake.token, fake.rest_url))
+    model = FakeMessagesAPI(answer=lambda body: ANSWER)
+    with fake.serve(), model.serve():
+        link.send((fake.token, fake.rest_url, model.url, model.key))
         assert link.recv() == "go"
         for i, post in enumerate(posts):
             while i - durable.value >= window:  # as fast as the bot takes them
@@ -117,7 +120,7 @@ def fake_side(
                 for r in fake.bot_messages()
             ]
             link.send(replies)
-        link.send(fake.errors == [])
+        link.send((fake.errors == [], len(model.message_requests())))
 
 
 @dataclass
@@ -148,44 +151,42 @@ async def phase(limit: int, channel_count: int, mention_every: int, window: int,
         daemon=True,
     )
     child.start()
-    token, rest_url = await trio.to_thread.run_sync(link.recv)
+    token, rest_url, model_url, model_key = await trio.to_thread.run_sync(link.recv)
     durable = Durable(counter)
-    with FakeMessagesAPI(answer=lambda body: ANSWER).serve() as model:
-        run = partial(
-            run_bot,
-            token,
-            data,
-            rest_url=rest_url,
-            anthropic_key=model.key,
-            anthropic_base_url=model.url,
-            handle_signals=False,
-            on_stored=durable.on_stored,
-            summarizer=OfflineSummarizer(),
-        )
-        async with trio.open_nursery() as nursery:
-            with trio.fail_after(60):
-                eva: EvaBot = await nursery.start(run)
-            await trio.sleep(0.5)  # the guild's GUILD_CREATE first
-            note(f"pushing {limit or 'all'} messages into {channel_count} channel(s)")
-            started = time.perf_counter()
-            link.send("go")
-            with trio.fail_after(PHASE_LIMIT_S):
-                sent, mentions = await trio.to_thread.run_sync(link.recv)
-                while len(durable.at) < len(sent):  # noqa: ASYNC110 - filled by a hook
-                    await trio.sleep(0.01)
-            seconds = time.perf_counter() - started
-            with trio.fail_after(60):
-                while True:
-                    link.send("replies?")
-                    replies = await trio.to_thread.run_sync(link.recv)
-                    if len(replies) >= len(mentions):
-                        break
-                    await trio.sleep(0.05)
-            stats = eva.supervisor.statistics()
-            eva.stop()
-        link.send("done")
-        fake_ok = await trio.to_thread.run_sync(link.recv)
-        model_requests = len(model.message_requests())
+    run = partial(
+        run_bot,
+        token,
+        data,
+        rest_url=rest_url,
+        anthropic_key=model_key,
+        anthropic_base_url=model_url,
+        handle_signals=False,
+        on_stored=durable.on_stored,
+        summarizer=OfflineSummarizer(),
+    )
+    async with trio.open_nursery() as nursery:
+        with trio.fail_after(60):
+            eva: EvaBot = await nursery.start(run)
+        await trio.sleep(0.5)  # the guild's GUILD_CREATE first
+        note(f"pushing {limit or 'all'} messages into {channel_count} channel(s)")
+        started = time.perf_counter()
+        link.send("go")
+        with trio.fail_after(PHASE_LIMIT_S):
+            sent, mentions = await trio.to_thread.run_sync(link.recv)
+            while len(durable.at) < len(sent):  # noqa: ASYNC110 - filled by a hook
+                await trio.sleep(0.01)
+        seconds = time.perf_counter() - started
+        with trio.fail_after(60):
+            while True:
+                link.send("replies?")
+                replies = await trio.to_thread.run_sync(link.recv)
+                if len(replies) >= len(mentions):
+                    break
+                await trio.sleep(0.05)
+        stats = eva.supervisor.statistics()
+        eva.stop()
+    link.send("done")
+    fake_ok, model_requests = await trio.to_thread.run_sync(link.recv)
     await trio.to_thread.run_sync(child.join, 10)
     # Each snowflake carries the fake's clock (ms) when the fake made the message.
     reply_ms = [snowflake_time_ms(reply) - snowflake_time_ms(question)
