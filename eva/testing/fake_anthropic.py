@@ -93,6 +93,9 @@ class FakeMessagesAPI:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # Headers and body go out in two writes: without this, the body waits
+            # for the client's delayed ACK of the headers (about 40 ms a reply).
+            disable_nagle_algorithm = True
 
             def do_POST(self) -> None:
                 fake._handle(self, "POST")
