@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from functools import partial
 
 import anthropic
 import hikari
 import trio
+from hikari.api import RESTClient
 
 from eva.core.events import ReplyWritten
 from eva.core.keys import StreamId
@@ -19,8 +21,10 @@ from eva.core.recall import RecallView
 from eva.core.settings import ModelSettings
 from eva.discord.bridge import aio
 from eva.discord.mapping import offline_reply, split_reply, without_mention
+from eva.discord.reply_sender import ReplySender
 from eva.live.inputs import Post, Recall, RecordReply
 from eva.live.supervisor import Supervisor, wall_clock_ms
+from eva.live.urgency import Urgency
 from eva.model.reply import write_reply
 
 log = logging.getLogger(__name__)
@@ -39,8 +43,12 @@ class Answerer:
         client: anthropic.AsyncAnthropic | None,
         models: ModelSettings,
         eva_id: int,
+        urgency: Urgency | None = None,
+        sender: ReplySender | None = None,
     ) -> None:
         self.bot = bot
+        self.sender = sender
+        self.urgency = urgency or Urgency()
         self.supervisor = supervisor
         self.client = client
         self.models = models
@@ -58,9 +66,10 @@ class Answerer:
             async with trio.open_nursery() as nursery:
                 typing = trio.CancelScope()
                 nursery.start_soon(self._keep_typing, stream.channel_id, typing)
-                text, record = await self._reply_text(stream, question, ahead)
-                typing.cancel()
-                await self._post_reply(stream.channel_id, question, text)
+                with self.urgency.urgent():  # the channels' bursts wait meanwhile
+                    text, record = await self._reply_text(stream, question, ahead)
+                    typing.cancel()
+                    await self._post_reply(stream.channel_id, question, text)
             if record is not None:  # recorded once it is out: posting waits for no commit
                 await self.supervisor.ask(stream, RecordReply(reply=record))
         except Exception:
@@ -111,8 +120,10 @@ class Answerer:
     async def _post_reply(self, channel_id: int, question: Post, text: str) -> None:
         for number, piece in enumerate(split_reply(text)):
 
-            async def create(piece: str = piece, first: bool = number == 0) -> None:
-                await self.bot.rest.create_message(
+            async def create(
+                rest: RESTClient, piece: str = piece, first: bool = number == 0
+            ) -> hikari.Message:
+                return await rest.create_message(
                     channel_id,
                     piece,
                     reply=hikari.Snowflake(question.message_id) if first else hikari.UNDEFINED,
@@ -123,6 +134,9 @@ class Answerer:
                     mentions_reply=True,
                 )
 
-            await aio(create)
+            if self.sender is not None:  # on its own loop, not behind the gateway's traffic
+                await self.sender.send(create)
+            else:
+                await aio(partial(create, self.bot.rest))
         self.replies_sent += 1
 

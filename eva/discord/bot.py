@@ -64,8 +64,10 @@ from eva.discord.mapping import (
     stream_of,
 )
 from eva.discord.messages import asks_eva, mention_names, post_from
+from eva.discord.reply_sender import ReplySender, open_reply_sender
 from eva.live.inputs import Describe, Edit, Post
 from eva.live.supervisor import Supervisor, open_supervisor, wall_clock_ms
+from eva.live.urgency import Urgency
 from eva.model.batch_book import BatchBook
 from eva.model.client import make_client
 from eva.model.line_writer import ClaudeLineWriter
@@ -167,6 +169,7 @@ class EvaBot:
         data_dir: Path,
         nursery: trio.Nursery,
         on_stored: Stored | None = None,
+        replies: ReplySender | None = None,
     ) -> None:
         self.bot = bot
         self.supervisor = supervisor
@@ -177,7 +180,8 @@ class EvaBot:
         self.eva_id = eva_id
         self.eva_name = "Eva"
         self.on_stored = on_stored
-        self.answerer = Answerer(bot, supervisor, client, models, eva_id)
+        self.urgency = Urgency()
+        self.answerer = Answerer(bot, supervisor, client, models, eva_id, self.urgency, replies)
         self._nursery = nursery
         self._lanes: dict[StreamId, Lane] = {}
         self._claimed: set[int] = set()  # messages Eva answers, until they are stored
@@ -379,6 +383,7 @@ class EvaBot:
             async with jobs:
                 await self._describe(stream)
                 async for job in jobs:
+                    await self.urgency.yield_to_urgent()  # a reply goes first
                     batch = [job]
                     while isinstance(batch[-1], Ingest) and len(batch) < LANE_BATCH:
                         try:
@@ -643,12 +648,13 @@ async def run_bot(
     try:
         async with (
             open_supervisor(store, summarizer, memory, live, data_dir=data_dir) as supervisor,
+            open_reply_sender(token, rest_url) as replies,
             trio_asyncio.open_loop(),
             trio.open_nursery() as nursery,
         ):
             gateway = make_gateway(token, rest_url)
             eva = EvaBot(gateway, bot_id_of(token), supervisor, client, models, data_dir,
-                         nursery, on_stored)
+                         nursery, on_stored, replies)
             if handle_signals:
                 nursery.start_soon(_watch_signals, eva)
             try:
