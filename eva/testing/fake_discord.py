@@ -447,6 +447,7 @@ class FakeDiscord:
         self._ws_connects: list[tuple[str, dict[str, str]]] = []
         self._errors: list[BaseException] = []
         self._failures: list[_Failure] = []
+        self.rest_in_flight = 0  # REST requests being answered (a pusher may wait for them)
         self._messages: dict[int, JSON] = {}  # id -> gateway form (with guild_id)
         self._history: dict[int, list[int]] = {}  # channel id -> message ids, oldest first
         self._bot_messages: list[int] = []
@@ -1252,6 +1253,13 @@ class FakeDiscord:
     # ----------------------------------------------------------------- REST internals
 
     async def _rest(self, request: web.Request) -> web.StreamResponse:
+        self.rest_in_flight += 1
+        try:
+            return await self._answer_rest(request)
+        finally:
+            self.rest_in_flight -= 1
+
+    async def _answer_rest(self, request: web.Request) -> web.StreamResponse:
         body, files = await _read_body(request)
         path = request.path
         if path.startswith(API_PREFIX):
