@@ -40,7 +40,8 @@ from eva.core.dce import export_events, parse_export
 from eva.core.events import MessagePosted
 from eva.core.keys import StreamId
 from eva.core.summarize import OfflineSummarizer
-from eva.discord.bot import EvaBot, run_bot
+from eva.discord.bot import EvaBot
+from eva.discord.process import run_bot
 from eva.live.inputs import Post, post_of
 from eva.testing.fake_anthropic import FakeMessagesAPI
 from eva.testing.fake_discord import FakeDiscord, User, snowflake_time_ms

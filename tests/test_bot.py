@@ -22,8 +22,9 @@ from eva.cli.main import main
 from eva.core.events import ReplyWritten
 from eva.core.keys import StreamId
 from eva.core.settings import LiveSettings
-from eva.discord.bot import EvaBot, run_bot
+from eva.discord.bot import EvaBot
 from eva.discord.mapping import OFFLINE_NOTE
+from eva.discord.process import run_bot
 from eva.store.event_store import EventStore
 from eva.store.lmdb_kv import open_backend
 from eva.testing.fake_anthropic import FakeMessagesAPI

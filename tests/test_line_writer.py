@@ -32,7 +32,8 @@ from eva.model.client import (
     classify,
     make_client,
 )
-from eva.model.line_writer import LINE_INSTRUCTIONS, ClaudeLineWriter
+from eva.model.line_prompt import LINE_INSTRUCTIONS
+from eva.model.line_writer import ClaudeLineWriter
 from eva.store.event_store import EventStore
 from eva.store.lmdb_kv import open_backend
 from eva.testing.fake_anthropic import (

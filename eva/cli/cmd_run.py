@@ -2,7 +2,7 @@
 #
 # Shell: it reads the secrets from the environment (DISCORD_TOKEN, required; ANTHROPIC_API_KEY,
 # optional) and the numbers from the TOML settings file ([memory], [models], [live]), then
-# hands them to eva.discord.bot.run_bot under trio. It knows nothing of Discord itself.
+# hands them to eva.discord.process.run_bot under trio. It knows nothing of Discord itself.
 # Invariants: a missing token is reported with exactly what to set, exit status 2, before
 # anything is opened; each process writes only its own data directory (`--data`).
 from __future__ import annotations
@@ -93,7 +93,7 @@ def run_run(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    from eva.discord.bot import run_bot  # hikari is slow to import; only `run` needs it
+    from eva.discord.process import run_bot  # hikari is slow to import; only `run` needs it
 
     return trio.run(
         lambda: run_bot(

@@ -22,7 +22,7 @@
 # fetch is ahead of it, or Eva is offline (she quotes the store), it is answered once
 # stored instead.
 #
-# Invariants: Eva answers a message only if she claimed it (`_claim`): never one stored
+# Invariants: Eva answers a message only if she claimed it (`claim`): never one stored
 # before, never one claimed and not yet stored, and from history only one she has not
 # replied to there; so a message seen twice (gateway resume, backfill, a restart after a
 # reply went out) is never answered twice. Her replies never ping @everyone or roles, only
@@ -32,15 +32,11 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import gc
 import importlib
 import logging
-import signal
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from functools import partial
 from pathlib import Path
 from types import ModuleType
 from typing import Protocol, TypeVar
@@ -49,13 +45,12 @@ import anthropic
 import hikari
 import msgspec
 import trio
-import trio_asyncio  # type: ignore[import-untyped]
 
 from eva.core.keys import StreamId
-from eva.core.settings import LiveSettings, MemorySettings, ModelSettings
-from eva.core.summarize import OfflineSummarizer, Summarizer
+from eva.core.settings import MemorySettings, ModelSettings
 from eva.discord.answer import Answerer
 from eva.discord.bridge import aio, run_trio
+from eva.discord.history import History
 from eva.discord.lanes import Backfill, Change, Ingest, Job, Lane
 from eva.discord.mapping import (
     delete_of,
@@ -63,47 +58,24 @@ from eva.discord.mapping import (
     edit_of,
     stream_of,
 )
-from eva.discord.messages import asks_eva, mention_names, post_from
-from eva.discord.reply_sender import ReplySender, open_reply_sender
+from eva.discord.messages import CHAT_TYPES, asks_eva, mention_names, post_from
+from eva.discord.reply_sender import ReplySender
 from eva.live.inputs import Describe, Edit, Post
-from eva.live.supervisor import Supervisor, open_supervisor, wall_clock_ms
+from eva.live.supervisor import Supervisor, wall_clock_ms
 from eva.live.urgency import Urgency
-from eva.model.batch_book import BatchBook
-from eva.model.client import make_client
-from eva.model.line_writer import ClaudeLineWriter
 from eva.store.event_store import EventStore
-from eva.store.lmdb_kv import open_backend
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-INTENTS = hikari.Intents.GUILDS | hikari.Intents.GUILD_MESSAGES | hikari.Intents.MESSAGE_CONTENT
-CACHED = (
-    hikari.api.CacheComponents.GUILDS
-    | hikari.api.CacheComponents.GUILD_CHANNELS
-    | hikari.api.CacheComponents.GUILD_THREADS
-    | hikari.api.CacheComponents.ME
-)
-CHAT_TYPES = frozenset(
-    {
-        hikari.MessageType.DEFAULT,
-        hikari.MessageType.REPLY,
-        hikari.MessageType.CHAT_INPUT,
-        hikari.MessageType.CONTEXT_MENU_COMMAND,
-    }
-)
 COMMANDS_MODULE = "eva.discord.commands"
 NO_COMMANDS_TEXT = "Commands are not available yet."
 CLOSE_TIMEOUT_S = 5.0
 DRAIN_TIMEOUT_S = 5.0
 READY_TIMEOUT_S = 30.0
-BACKFILL_PAGE = 100
-BACKFILL_MOST = 10_000
-BACKFILL_REPLY_WINDOW_MS = 5 * 60_000
 LANE_BATCH = 256
 """Most messages of one channel submitted together before their results are awaited."""
-EXIT_OK, EXIT_FAILED = 0, 1
 
 
 class RunTrio(Protocol):
@@ -185,6 +157,7 @@ class EvaBot:
         self._nursery = nursery
         self._lanes: dict[StreamId, Lane] = {}
         self._claimed: set[int] = set()  # messages Eva answers, until they are stored
+        self.history = History(self)
         self._lane_tasks = 0
         self._lanes_idle = trio.Event()
         self._lanes_idle.set()
@@ -356,26 +329,33 @@ class EvaBot:
         """Queue a live message that asks Eva, and answer it if it is hers to answer: at once
         when only posts are ahead of it in its lane, else once it is stored. Offline, Eva
         quotes what recall finds in the store, so she waits for it to be stored."""
-        if not self._claim(stream, post):
+        if not self.claim(stream, post):
             self._enqueue(stream, Ingest(post))
             return
         lane = self._lanes.get(stream)
         at_once = self.client is not None and (lane is None or lane.others == 0)
         lane = self._enqueue(stream, Ingest(post, answer=not at_once, claimed=True))
         if lane is None:
-            self._claimed.discard(post.message_id)
+            self.unclaim(post)
         elif at_once:
             ahead = tuple(lane.unstored)  # the question last
             self._nursery.start_soon(self.answerer.answer, stream, post, ahead)
 
-    def _claim(self, stream: StreamId, post: Post) -> bool:
+    def claim(self, stream: StreamId, post: Post) -> bool:
         """Take the right to answer a message: False if it was stored before or is claimed
-        already. The claim is dropped once the message is stored."""
+        already. The claim is dropped (`unclaim`) once the message is stored."""
         message_id = post.message_id
         if message_id in self._claimed or self.store.index_of(stream, message_id) is not None:
             return False
         self._claimed.add(message_id)
         return True
+
+    def unclaim(self, post: Post) -> None:
+        self._claimed.discard(post.message_id)
+
+    def answer_soon(self, stream: StreamId, question: Post) -> None:
+        """Answer a stored question in the background."""
+        self._nursery.start_soon(self.answerer.answer, stream, question)
 
     async def _run_lane(self, stream: StreamId, lane: Lane) -> None:
         jobs = lane.receive
@@ -422,7 +402,7 @@ class EvaBot:
     def _done(self, lane: Lane, job: Job) -> None:
         lane.done(job)
         if isinstance(job, Ingest) and job.claimed:
-            self._claimed.discard(job.post.message_id)
+            self.unclaim(job.post)
 
     async def _do(self, stream: StreamId, job: Job) -> None:
         match job:
@@ -437,14 +417,14 @@ class EvaBot:
             case Change():
                 await self.supervisor.ask(stream, job.item)
             case Backfill():
-                job.stored = await self._backfill(stream, job.forced)
+                job.stored = await self.history.fetch_missed(stream, job.forced)
 
     def _after_ingest(self, stream: StreamId, job: Ingest, index: int | None) -> None:
         """Once a message is stored: tell the watcher, and answer it if it waited for that."""
         if self.on_stored is not None:
             self.on_stored(stream, job.post, index)
         if index is not None and job.answer:
-            self._nursery.start_soon(self.answerer.answer, stream, job.post)
+            self.answer_soon(stream, job.post)
 
     async def _describe(self, stream: StreamId) -> None:
         """Tell the actor the guild's and channel's names when they are new or changed."""
@@ -482,71 +462,6 @@ class EvaBot:
         await job.done.wait()
         return job.stored
 
-    def _last_message_id(self, stream: StreamId) -> int | None:
-        meta = self.store.meta(stream)
-        if meta is None or meta.messages == 0:
-            return None
-        last = self.store.message(stream, meta.messages - 1)
-        return None if last is None else last.posted.message_id
-
-    async def _backfill(self, stream: StreamId, forced: bool) -> int:
-        after = self._last_message_id(stream)
-        if after is None and not forced:
-            return 0  # nothing stored here: nothing was missed
-        cursor = after or 0
-        stored = 0
-        fetched = 0
-        questions: list[Post] = []
-        replied: set[int] = set()  # the messages Eva's own replies in this history answer
-        while fetched < BACKFILL_MOST:
-            page = await aio(partial(self._page_after, stream.channel_id, cursor))
-            for message in page:
-                if message.type not in CHAT_TYPES:
-                    continue
-                author = message.author
-                name = display_name(None, author.global_name, author.username)
-                post = post_from(message, self.eva_id, self.eva_name, name)
-                if int(author.id) == self.eva_id and post.reply_to is not None:
-                    replied.add(post.reply_to)
-                asks = asks_eva(self.eva_id, message) and self._claim(stream, post)
-                if await self._store_fetched(stream, post, asks):
-                    stored += 1
-                    if asks:
-                        questions.append(post)
-            fetched += len(page)
-            if len(page) < BACKFILL_PAGE:
-                break
-            cursor = int(page[-1].id)
-        self._answer_missed(stream, questions, replied)
-        if stored:
-            log.info("backfill of %s stored %d missed messages", stream, stored)
-        return stored
-
-    async def _store_fetched(self, stream: StreamId, post: Post, claimed: bool) -> bool:
-        """Store a message fetched from history; True if it was new."""
-        try:
-            index = await self.supervisor.ask(stream, post)
-        finally:
-            if claimed:
-                self._claimed.discard(post.message_id)
-        if self.on_stored is not None:
-            self.on_stored(stream, post, index)
-        return index is not None
-
-    def _answer_missed(self, stream: StreamId, questions: list[Post], replied: set[int]) -> None:
-        """Answer the recent questions found in history that Eva has not replied to there."""
-        now_ms = wall_clock_ms()
-        for question in questions:
-            recent = now_ms - question.at_ms <= BACKFILL_REPLY_WINDOW_MS
-            if recent and question.message_id not in replied:
-                self._nursery.start_soon(self.answerer.answer, stream, question)
-
-    async def _page_after(self, channel_id: int, after: int) -> list[hikari.Message]:
-        """Up to a page of messages after `after`, oldest first (asyncio)."""
-        found = self.bot.rest.fetch_messages(channel_id, after=hikari.Snowflake(after))
-        page = [message async for message in found.limit(BACKFILL_PAGE)]
-        return sorted(page, key=lambda message: int(message.id))
-
     @property
     def replies_sent(self) -> int:
         return self.answerer.replies_sent
@@ -562,120 +477,3 @@ class EvaBot:
             await aio(lambda: register(rest, application_id, guild_ids))
         except Exception:  # commands are an extra; the bot runs without them
             log.exception("registering the slash commands failed")
-
-
-def make_gateway(token: str, rest_url: str | None = None) -> hikari.GatewayBot:
-    """hikari's GatewayBot with the intents and cache Eva needs (logging left to the caller)."""
-    return hikari.GatewayBot(
-        token=token,
-        rest_url=rest_url,
-        intents=INTENTS,
-        cache_settings=hikari.impl.CacheSettings(components=CACHED),
-        logs=None,
-        banner=None,
-        suppress_optimization_warning=True,
-    )
-
-
-def _freeze_start_up() -> None:
-    """Leave what start-up made (modules, classes, caches) out of the collector's full passes.
-
-    Ingest keeps many short-lived objects in queues long enough to reach the oldest
-    generation, so full collections come every few seconds; without this each one walks
-    every object of every imported library and stops the loop for that long.
-    """
-    gc.collect()
-    gc.freeze()
-
-
-async def _watch_signals(eva: EvaBot) -> None:
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async for signum in signals:
-            log.info("%s received: closing the gateway", signal.Signals(signum).name)
-            eva.stop()
-            return
-
-
-async def _watch_gateway(eva: EvaBot) -> None:
-    """Stop when hikari closes by itself (a fatal gateway error)."""
-    try:
-        await aio(eva.bot.join)
-    except Exception:
-        log.exception("the gateway stopped")
-    eva.stop()
-
-
-async def run_bot(
-    token: str,
-    data_dir: Path,
-    *,
-    memory: MemorySettings | None = None,
-    models: ModelSettings | None = None,
-    live: LiveSettings | None = None,
-    shard_ids: Sequence[int] | None = None,
-    shard_count: int | None = None,
-    rest_url: str | None = None,
-    anthropic_key: str | None = None,
-    anthropic_base_url: str | None = None,
-    handle_signals: bool = True,
-    on_stored: Stored | None = None,
-    summarizer: Summarizer | None = None,
-    task_status: trio.TaskStatus[EvaBot] = trio.TASK_STATUS_IGNORED,
-) -> int:
-    """Run Eva in Discord until stopped (a signal, `EvaBot.stop()`, or cancellation).
-
-    Opens the data directory's store and the supervisor, connects the gateway for
-    `shard_ids` of `shard_count`, and reports the running `EvaBot` through `task_status`.
-    Lines are written by Claude when `anthropic_key` is given, else offline (`summarizer`
-    overrides both; benchmarks use it to time replies without line calls).
-    Returns the exit status: 0 after a clean stop, 1 when the gateway could not start.
-    """
-    memory = memory or MemorySettings()
-    models = models or ModelSettings()
-    if anthropic_base_url is not None:
-        models = msgspec.structs.replace(models, base_url=anthropic_base_url)
-    store = EventStore(open_backend(data_dir))
-    client = make_client(models, anthropic_key) if anthropic_key else None
-    if summarizer is None:
-        summarizer = (
-            OfflineSummarizer(memory.line_limit)
-            if client is None
-            else ClaudeLineWriter(client, models, memory.line_limit,
-                                  book=BatchBook(store.backend))
-        )
-    status = EXIT_OK
-    started = time.monotonic()
-    try:
-        async with (
-            open_supervisor(store, summarizer, memory, live, data_dir=data_dir) as supervisor,
-            open_reply_sender(token, rest_url) as replies,
-            trio_asyncio.open_loop(),
-            trio.open_nursery() as nursery,
-        ):
-            gateway = make_gateway(token, rest_url)
-            eva = EvaBot(gateway, bot_id_of(token), supervisor, client, models, data_dir,
-                         nursery, on_stored, replies)
-            if handle_signals:
-                nursery.start_soon(_watch_signals, eva)
-            try:
-                await eva.start(shard_ids, shard_count)
-            except (hikari.HikariError, OSError) as error:
-                log.error("could not connect to Discord: %s", error)
-                status = EXIT_FAILED
-                eva.stop()
-            else:
-                nursery.start_soon(_watch_gateway, eva)
-                log.info("connected in %.1f s", time.monotonic() - started)
-                _freeze_start_up()
-                task_status.started(eva)
-            try:
-                await eva.wait_stopped()
-            finally:
-                await eva.close()
-                nursery.cancel_scope.cancel()
-    finally:
-        gc.unfreeze()
-        if client is not None:
-            with trio.CancelScope(shield=True), contextlib.suppress(Exception):
-                await client.close()
-    return status

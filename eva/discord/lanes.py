@@ -19,7 +19,7 @@ from eva.live.inputs import Delete, Edit, Post
 @dataclass(frozen=True, slots=True)
 class Ingest:
     """Store a post; answer it once stored if `answer`; `claimed` while the bot holds the
-    right to answer it (see EvaBot._claim)."""
+    right to answer it (see EvaBot.claim)."""
 
     post: Post
     answer: bool = False

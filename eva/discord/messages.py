@@ -10,6 +10,16 @@ import hikari
 from eva.discord.mapping import display_name, mentions_eva, post_of
 from eva.live.inputs import Post
 
+CHAT_TYPES = frozenset(
+    {
+        hikari.MessageType.DEFAULT,
+        hikari.MessageType.REPLY,
+        hikari.MessageType.CHAT_INPUT,
+        hikari.MessageType.CONTEXT_MENU_COMMAND,
+    }
+)
+"""The kinds of message that are chat (joins, pins and boosts are not)."""
+
 
 def mention_names(users: object, eva_id: int, eva_name: str) -> dict[int, str]:
     """Display names of the users a message mentions (Eva's own included)."""

@@ -12,12 +12,11 @@ import logging
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import tzinfo
 from typing import Any, NamedTuple, assert_never
 
 import trio
 
-from eva.core.block import ShownMessage, cap_tail, memory_block, message_line, tail_lines
+from eva.core.block import cap_tail, memory_block
 from eva.core.events import (
     AnyEvent,
     ChannelDescribed,
@@ -47,6 +46,7 @@ from eva.live.inputs import (
     Zoom,
     posted_event,
 )
+from eva.live.prompt_tail import PromptTail
 from eva.live.writer import Writer
 from eva.memory.compress import CompressStats, compress, run_cutoff
 from eva.memory.forget import StreamErased, erase_in_stream
@@ -58,7 +58,6 @@ from eva.memory.view import (
     channel_zone,
     recall,
     row_lines,
-    tail_messages,
     zoom,
 )
 from eva.store.event_store import Appended, EventStore
@@ -71,17 +70,6 @@ READ_INPUTS = (GetPrompt, Zoom, Recall, DateOf, RecordTool, RecordReply)
 
 POST_BATCH = 256
 """Most posts stored in one commit when they queue up for one channel."""
-
-
-def shown_post(post: Post, index: int) -> ShownMessage:
-    """A post as the tail shows it."""
-    return ShownMessage(
-        index=index,
-        at_ms=post.at_ms,
-        author_name=post.author_name,
-        content=post.content,
-        attachments=post.attachments,
-    )
 
 
 @dataclass(slots=True)
@@ -128,15 +116,6 @@ class Shared:
     purge_later: Callable[[StreamId, list[str]], None] = lambda stream, texts: None
 
 
-@dataclass(slots=True)
-class _Tail:
-    """The tail as the prompt shows it, kept in memory while the actor is awake."""
-
-    start: int = -1  # the row frontier it begins at; -1 when not loaded
-    end: int = 0  # the index of the first message it does not hold yet
-    lines: list[tuple[int, str]] = field(default_factory=list)  # (index, rendered line)
-
-
 class _Place(NamedTuple):
     """Where a post is, or goes when stored next: its channel index."""
 
@@ -163,7 +142,7 @@ class ChannelActor:
         self.last_read = -math.inf  # a read keeps the channel awake, not from going quiet
         self.row_text = RowText()
         self.sizes = LineSizes()
-        self.tail = _Tail()
+        self.tail = PromptTail()
         self.stopped = False
         self.unfinished_upto = 0  # the cutoff of a run that left leaves undone
         self._quiet_timer_for = -math.inf
@@ -262,7 +241,8 @@ class ChannelActor:
         self._maybe_compress(force=meta.ready > 0)
         # Read the tail now, so a question to an awake channel never waits for it.
         meta = self._meta()
-        self._follow_frontier(meta, channel_zone(meta, self.shared.settings))
+        tz = channel_zone(meta, self.shared.settings)
+        self.tail.follow(self.shared.store, self.stream, meta, tz)
 
     async def _on_timer(self) -> None:
         now = trio.current_time()
@@ -408,12 +388,8 @@ class ChannelActor:
             return indexes
         await self._write(events)
         self._touch(max(post.at_ms for post in posts))
-        if self.tail.start >= 0:
-            tz = channel_zone(self._meta(), self.shared.settings)
-            for post, index in zip(posts, indexes, strict=True):
-                if index is not None and index >= self.tail.end:  # a reload may hold it
-                    self.tail.lines.append((index, message_line(shown_post(post, index), tz)))
-                    self.tail.end = index + 1
+        tz = channel_zone(self._meta(), self.shared.settings)
+        self.tail.add(zip(posts, indexes, strict=True), tz)
         meta = self._meta()
         assert meta is not None
         if meta.tail_bytes > self.shared.settings.overflow_tail_bytes:
@@ -439,7 +415,7 @@ class ChannelActor:
                 )
             ]
         )
-        self.tail.start = -1
+        self.tail.forget()
         self.shared.purge_later(self.stream, [message.content, *message.attachments])
         self._maybe_compress()
         return True
@@ -458,7 +434,7 @@ class ChannelActor:
                 texts.extend([message.content, *message.attachments])
         if events:
             await self._write(events)
-            self.tail.start = -1
+            self.tail.forget()
             self.shared.purge_later(self.stream, texts)
             self._maybe_compress()
         return len(events)
@@ -477,7 +453,7 @@ class ChannelActor:
             self.shared.wall_ms(),
             self.sizes,
         )
-        self.tail.start = -1
+        self.tail.forget()
         return erased
 
     def _touch(self, at_ms: int) -> None:
@@ -493,34 +469,13 @@ class ChannelActor:
         meta = self._meta()
         tz = channel_zone(meta, settings)
         lines = row_lines(store, self.stream, tz, self.row_text, self.sizes)
-        self._follow_frontier(meta, tz)
+        self.tail.follow(store, self.stream, meta, tz)
         tail = self.tail.lines
-        if ahead:
-            tail = tail + self._lines_after_tail(ahead, tz)
+        if ahead:  # stored or not, at the indexes they have or will get
+            places = self._places(ahead)
+            at = [None if place is None else place.at for place in places]
+            tail = tail + self.tail.lines_after(list(zip(ahead, at, strict=True)), tz)
         return memory_block(lines, cap_tail(tail, settings.prompt_tail_max_bytes))
-
-    def _follow_frontier(self, meta: StreamMeta | None, tz: tzinfo) -> None:
-        """Make the tail begin at the row's frontier: cut what a publish moved into the row,
-        or read it again when it is not loaded."""
-        frontier = meta.row_frontier if meta is not None else 0
-        tail = self.tail
-        if tail.start < 0 or frontier < tail.start:
-            lines = tail_lines(tail_messages(self.shared.store, self.stream), tz)
-            messages = meta.messages if meta is not None else 0
-            end = max(messages, lines[-1][0] + 1) if lines else messages
-            self.tail = _Tail(frontier, end, lines)
-        elif frontier > tail.start:
-            kept = [line for line in tail.lines if line[0] >= frontier]
-            self.tail = _Tail(frontier, tail.end, kept)
-
-    def _lines_after_tail(self, posts: Sequence[Post], tz: tzinfo) -> list[tuple[int, str]]:
-        """Tail lines of the posts the tail does not hold yet, stored or not, at the indexes
-        they have or will get."""
-        return [
-            (place.at, message_line(shown_post(post, place.at), tz))
-            for post, place in zip(posts, self._places(posts), strict=True)
-            if place is not None and place.at >= self.tail.end
-        ]
 
     # -- compression and publishing ---------------------------------------------
 

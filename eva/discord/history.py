@@ -1,0 +1,111 @@
+# What a channel said while Eva was away: fetched over REST, stored in order, answered.
+#
+# Shell (trio, with hikari's REST through the bridge). On start-up, and when a
+# moderator asks, a channel's history after its last stored message is read page
+# by page, oldest first, and each message goes to the channel's actor like a live
+# one; the actor skips those already stored, so nothing is stored twice.
+# Invariants: a question found there is answered only if Eva claimed it (it was
+# neither stored nor claimed before), it is recent, and none of Eva's own
+# replies in that history answers it already.
+from __future__ import annotations
+
+import logging
+from functools import partial
+from typing import TYPE_CHECKING
+
+import hikari
+
+from eva.core.keys import StreamId
+from eva.discord.bridge import aio
+from eva.discord.mapping import display_name
+from eva.discord.messages import CHAT_TYPES, asks_eva, post_from
+from eva.live.inputs import Post
+from eva.live.supervisor import wall_clock_ms
+
+if TYPE_CHECKING:
+    from eva.discord.bot import EvaBot
+
+log = logging.getLogger(__name__)
+
+BACKFILL_PAGE = 100
+BACKFILL_MOST = 10_000
+BACKFILL_REPLY_WINDOW_MS = 5 * 60_000
+
+
+class History:
+    """Fetches and stores the messages a channel got while Eva was not listening."""
+
+    def __init__(self, eva: EvaBot) -> None:
+        self.eva = eva
+
+    async def fetch_missed(self, stream: StreamId, forced: bool) -> int:
+        """Store the channel's messages after its last stored one; how many were new.
+
+        Unless `forced`, a channel with nothing stored is left alone: nothing was missed.
+        """
+        eva = self.eva
+        after = self._last_message_id(stream)
+        if after is None and not forced:
+            return 0
+        cursor = after or 0
+        stored = 0
+        fetched = 0
+        questions: list[Post] = []
+        replied: set[int] = set()  # the messages Eva's own replies in this history answer
+        while fetched < BACKFILL_MOST:
+            page = await aio(partial(self._page_after, stream.channel_id, cursor))
+            for message in page:
+                if message.type not in CHAT_TYPES:
+                    continue
+                author = message.author
+                name = display_name(None, author.global_name, author.username)
+                post = post_from(message, eva.eva_id, eva.eva_name, name)
+                if int(author.id) == eva.eva_id and post.reply_to is not None:
+                    replied.add(post.reply_to)
+                asks = asks_eva(eva.eva_id, message) and eva.claim(stream, post)
+                if await self._store(stream, post, asks):
+                    stored += 1
+                    if asks:
+                        questions.append(post)
+            fetched += len(page)
+            if len(page) < BACKFILL_PAGE:
+                break
+            cursor = int(page[-1].id)
+        self._answer_missed(stream, questions, replied)
+        if stored:
+            log.info("backfill of %s stored %d missed messages", stream, stored)
+        return stored
+
+    def _last_message_id(self, stream: StreamId) -> int | None:
+        store = self.eva.store
+        meta = store.meta(stream)
+        if meta is None or meta.messages == 0:
+            return None
+        last = store.message(stream, meta.messages - 1)
+        return None if last is None else last.posted.message_id
+
+    async def _store(self, stream: StreamId, post: Post, claimed: bool) -> bool:
+        """Store a message fetched from history; True if it was new."""
+        eva = self.eva
+        try:
+            index = await eva.supervisor.ask(stream, post)
+        finally:
+            if claimed:
+                eva.unclaim(post)
+        if eva.on_stored is not None:
+            eva.on_stored(stream, post, index)
+        return index is not None
+
+    def _answer_missed(self, stream: StreamId, questions: list[Post], replied: set[int]) -> None:
+        """Answer the recent questions found in history that Eva has not replied to there."""
+        now_ms = wall_clock_ms()
+        for question in questions:
+            recent = now_ms - question.at_ms <= BACKFILL_REPLY_WINDOW_MS
+            if recent and question.message_id not in replied:
+                self.eva.answer_soon(stream, question)
+
+    async def _page_after(self, channel_id: int, after: int) -> list[hikari.Message]:
+        """Up to a page of messages after `after`, oldest first (asyncio)."""
+        found = self.eva.bot.rest.fetch_messages(channel_id, after=hikari.Snowflake(after))
+        page = [message async for message in found.limit(BACKFILL_PAGE)]
+        return sorted(page, key=lambda message: int(message.id))

@@ -1,0 +1,162 @@
+# One bot process: the store, the supervisor, the reply sender and the gateway, run
+# until a signal or a fatal gateway error, then closed in order.
+#
+# Shell. It opens what the process owns and hands hikari's GatewayBot (under
+# trio-asyncio; never `bot.run()`) to an EvaBot. On a stop the gateway closes first,
+# the lanes drain, then the supervisor's writer finishes its commits.
+# Invariants: a process writes only its own data directory; the exit status is 0
+# after a clean stop and 1 when the gateway could not start.
+from __future__ import annotations
+
+import contextlib
+import gc
+import logging
+import signal
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import hikari
+import msgspec
+import trio
+import trio_asyncio  # type: ignore[import-untyped]
+
+from eva.core.settings import LiveSettings, MemorySettings, ModelSettings
+from eva.core.summarize import OfflineSummarizer, Summarizer
+from eva.discord.bot import EvaBot, Stored, bot_id_of
+from eva.discord.bridge import aio
+from eva.discord.reply_sender import open_reply_sender
+from eva.live.supervisor import open_supervisor
+from eva.model.batch_book import BatchBook
+from eva.model.client import make_client
+from eva.model.line_writer import ClaudeLineWriter
+from eva.store.event_store import EventStore
+from eva.store.lmdb_kv import open_backend
+
+log = logging.getLogger(__name__)
+
+INTENTS = hikari.Intents.GUILDS | hikari.Intents.GUILD_MESSAGES | hikari.Intents.MESSAGE_CONTENT
+CACHED = (
+    hikari.api.CacheComponents.GUILDS
+    | hikari.api.CacheComponents.GUILD_CHANNELS
+    | hikari.api.CacheComponents.GUILD_THREADS
+    | hikari.api.CacheComponents.ME
+)
+EXIT_OK, EXIT_FAILED = 0, 1
+
+
+def make_gateway(token: str, rest_url: str | None = None) -> hikari.GatewayBot:
+    """hikari's GatewayBot with the intents and cache Eva needs (logging left to the caller)."""
+    return hikari.GatewayBot(
+        token=token,
+        rest_url=rest_url,
+        intents=INTENTS,
+        cache_settings=hikari.impl.CacheSettings(components=CACHED),
+        logs=None,
+        banner=None,
+        suppress_optimization_warning=True,
+    )
+
+
+def _freeze_start_up() -> None:
+    """Leave what start-up made (modules, classes, caches) out of the collector's full passes.
+
+    Ingest keeps many short-lived objects in queues long enough to reach the oldest
+    generation, so full collections come every few seconds; without this each one walks
+    every object of every imported library and stops the loop for that long.
+    """
+    gc.collect()
+    gc.freeze()
+
+
+async def _watch_signals(eva: EvaBot) -> None:
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for signum in signals:
+            log.info("%s received: closing the gateway", signal.Signals(signum).name)
+            eva.stop()
+            return
+
+
+async def _watch_gateway(eva: EvaBot) -> None:
+    """Stop when hikari closes by itself (a fatal gateway error)."""
+    try:
+        await aio(eva.bot.join)
+    except Exception:
+        log.exception("the gateway stopped")
+    eva.stop()
+
+
+async def run_bot(
+    token: str,
+    data_dir: Path,
+    *,
+    memory: MemorySettings | None = None,
+    models: ModelSettings | None = None,
+    live: LiveSettings | None = None,
+    shard_ids: Sequence[int] | None = None,
+    shard_count: int | None = None,
+    rest_url: str | None = None,
+    anthropic_key: str | None = None,
+    anthropic_base_url: str | None = None,
+    handle_signals: bool = True,
+    on_stored: Stored | None = None,
+    summarizer: Summarizer | None = None,
+    task_status: trio.TaskStatus[EvaBot] = trio.TASK_STATUS_IGNORED,
+) -> int:
+    """Run Eva in Discord until stopped (a signal, `EvaBot.stop()`, or cancellation).
+
+    Opens the data directory's store and the supervisor, connects the gateway for
+    `shard_ids` of `shard_count`, and reports the running `EvaBot` through `task_status`.
+    Lines are written by Claude when `anthropic_key` is given, else offline (`summarizer`
+    overrides both; benchmarks use it to time replies without line calls).
+    Returns the exit status: 0 after a clean stop, 1 when the gateway could not start.
+    """
+    memory = memory or MemorySettings()
+    models = models or ModelSettings()
+    if anthropic_base_url is not None:
+        models = msgspec.structs.replace(models, base_url=anthropic_base_url)
+    store = EventStore(open_backend(data_dir))
+    client = make_client(models, anthropic_key) if anthropic_key else None
+    if summarizer is None:
+        summarizer = (
+            OfflineSummarizer(memory.line_limit)
+            if client is None
+            else ClaudeLineWriter(client, models, memory.line_limit,
+                                  book=BatchBook(store.backend))
+        )
+    status = EXIT_OK
+    started = time.monotonic()
+    try:
+        async with (
+            open_supervisor(store, summarizer, memory, live, data_dir=data_dir) as supervisor,
+            open_reply_sender(token, rest_url) as replies,
+            trio_asyncio.open_loop(),
+            trio.open_nursery() as nursery,
+        ):
+            gateway = make_gateway(token, rest_url)
+            eva = EvaBot(gateway, bot_id_of(token), supervisor, client, models, data_dir,
+                         nursery, on_stored, replies)
+            if handle_signals:
+                nursery.start_soon(_watch_signals, eva)
+            try:
+                await eva.start(shard_ids, shard_count)
+            except (hikari.HikariError, OSError) as error:
+                log.error("could not connect to Discord: %s", error)
+                status = EXIT_FAILED
+                eva.stop()
+            else:
+                nursery.start_soon(_watch_gateway, eva)
+                log.info("connected in %.1f s", time.monotonic() - started)
+                _freeze_start_up()
+                task_status.started(eva)
+            try:
+                await eva.wait_stopped()
+            finally:
+                await eva.close()
+                nursery.cancel_scope.cancel()
+    finally:
+        gc.unfreeze()
+        if client is not None:
+            with trio.CancelScope(shield=True), contextlib.suppress(Exception):
+                await client.close()
+    return status
