@@ -8,19 +8,40 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import trio
-from test_line_writer import LEFT, LIMIT, RIGHT, filled, good_answer, settings
+from test_line_writer import (
+    LEFT,
+    LIMIT,
+    RIGHT,
+    TASK,
+    RecordingFake,
+    chat_line,
+    filled,
+    good_answer,
+    settings,
+)
 
+from eva.cli.cmd_import import import_bytes
 from eva.core.address import Address
+from eva.core.events import LineWritten
+from eva.core.keys import StreamId
+from eva.core.settings import KIB, MemorySettings
 from eva.core.summarize import MergeTask, Summary, Task
+from eva.demo.friends import friends_export
+from eva.memory.build import Memory
 from eva.model.batch_book import DAY_MS, KEEP_DAYS, BatchBook, BatchRef
 from eva.model.client import make_client
 from eva.model.line_writer import ClaudeLineWriter
+from eva.store.event_store import EventStore
 from eva.store.lmdb_kv import LmdbBackend, open_backend
 from eva.testing.fake_anthropic import FakeMessagesAPI
+
+BatchRefDecoder = msgspec.msgpack.Decoder(BatchRef)
 
 MERGES: list[Task] = [
     MergeTask(address=Address(8, 4), left_text=LEFT, right_text=RIGHT),
@@ -189,3 +210,61 @@ async def test_the_book_forgets_batches_older_than_the_api_keeps_them(tmp_path: 
         assert kept == [b"n" * 16], "the old entry was pruned"
     finally:
         backend.close()
+
+
+async def test_compression_stopped_while_batches_run_finishes_after_the_restart_paying_once(
+    tmp_path: Path,
+) -> None:
+    report = import_bytes(tmp_path, friends_export(400), Path("friends.json"))
+    stream = StreamId(int(report.guild_id), int(report.channel_id))
+    memory_settings = MemorySettings(
+        compress_at_bytes=6 * KIB, tail_keep_bytes=2 * KIB, overflow_tail_bytes=12 * KIB,
+        row_high_bytes=12 * KIB, row_low_bytes=6 * KIB, prompt_tail_max_bytes=16 * KIB,
+        model_calls_in_flight=1,
+    )
+    fake = RecordingFake(answer=chat_line, hold_batches=True)
+    with fake.serve():
+        backend = open_backend(tmp_path)
+        try:
+            store = EventStore(backend)
+            async with writer_with_book(fake, backend) as writer, trio.open_nursery() as nursery:
+                memory = Memory(store, stream, writer, memory_settings)
+                nursery.start_soon(partial(memory.compress, 10**13, urgent=False))
+                with trio.fail_after(10):
+                    while not booked_batches(backend):  # noqa: ASYNC110 - another task's write
+                        await trio.sleep(0.01)
+                await trio.sleep(0.05)
+                nursery.cancel_scope.cancel()  # the process stops with a batch running
+            before = booked_batches(backend)
+        finally:
+            backend.close()
+        fake.hold_batches = False
+        backend = open_backend(tmp_path)  # and starts again
+        try:
+            store = EventStore(backend)
+            async with writer_with_book(fake, backend) as writer:
+                built = await Memory(store, stream, writer, memory_settings).build(10**13)
+            lines = [e for _, e in store.events(stream) if isinstance(e, LineWritten)]
+            meta = store.meta(stream)
+            assert meta is not None and meta.ready == 0, "the merges left ready are done"
+            assert booked_batches(backend) == set(), "every line taken leaves the book"
+        finally:
+            backend.close()
+    assert writer.batches_resumed >= 1
+    assert before <= {r.path.rsplit("/", 1)[-1] for r in fake.requests if r.method == "GET"}
+    addresses = [(line.start, line.size) for line in lines]
+    assert len(addresses) == len(set(addresses)), "no line written twice"
+    asked = [a for r in fake.requests if r.method == "POST" for a in TASK.findall(str(r.body))]
+    assert len(asked) == len(set(asked)), "no task sent twice: nothing paid for twice"
+    model_lines = [line for line in lines if line.how == "model"]
+    assert len(model_lines) == len(asked) > 0
+    assert built.stats.rejected_replies == 0
+    output = sum(line.usage.output_tokens for line in model_lines if line.usage)
+    assert output == sum(reply["usage"]["output_tokens"] for reply in fake.replies)
+
+
+def booked_batches(backend: LmdbBackend) -> set[str]:
+    """The batch ids the book holds now."""
+    with backend.reading() as tables:
+        return {BatchRefDecoder.decode(value).batch_id
+                for _, value in tables.scan("batches", b"", b"\xff" * 17)}

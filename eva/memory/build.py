@@ -87,7 +87,9 @@ class Memory:
     async def build(self, now_ms: int) -> BuildReport:
         """Compress and publish to completion, as if the chat had gone quiet now."""
         meta = self.store.meta(self.stream)
-        if meta is not None and meta.unleafed_bytes > self.settings.tail_keep_bytes:
+        if meta is not None and (
+            meta.unleafed_bytes > self.settings.tail_keep_bytes or meta.ready > 0
+        ):  # new leaves to write, or merges a stopped run left ready
             await self.compress(now_ms)
         await self.publish(now_ms, "build")
         self._note_tail()

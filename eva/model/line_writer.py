@@ -397,7 +397,8 @@ class ClaudeLineWriter:
         if self.book is not None:
             fingerprints = {task.address: self._fingerprint(task) for task in tasks}
             ref = BatchRef(batch.id, custom_id, self.book.now_ms())
-            await self.book.record(list(fingerprints.values()), ref)
+            with trio.CancelScope(shield=True):  # a stop now must not lose a batch paid for
+                await self.book.record(list(fingerprints.values()), ref)
             if booked is not None:
                 booked.update(fingerprints)
         message = await self._batch_message(batch, custom_id, what, wait=True)
