@@ -127,7 +127,7 @@ async def publish(
     if meta is None or (meta.leaf_frontier <= meta.row_frontier and reason != "forget"):
         return None
     current = store.published_row(stream)
-    old_row = [Address(*entry) for entry in current.entries] if current is not None else []
+    old_row = list(map(Address._make, current.entries)) if current is not None else []
     row = append_leaves(old_row, meta.leaf_frontier)
     known = await _measure_row(store, stream, row, tz, sizes)
     if row_bytes(row, known.__getitem__) > settings.row_high_bytes:
@@ -151,6 +151,7 @@ async def _measure_row(
     store: EventStore, stream: StreamId, row: Sequence[Address], tz: tzinfo, sizes: LineSizes
 ) -> dict[Address, int]:
     """The rendered bytes of each line of `row` (all written)."""
+    sizes.fill(store, stream, row, tz)  # the new lines, read in one transaction
     known: dict[Address, int] = {}
     for count, address in enumerate(row, 1):
         known[address] = sizes.measure(store, stream, address, tz)
