@@ -77,6 +77,21 @@ async def stopped_while_waiting(fake: FakeMessagesAPI, data: Path, tasks: Sequen
     fake.hold_batches = False
 
 
+async def after_restart(
+    fake: FakeMessagesAPI, data: Path, tasks: Sequence[Task], *, urgent: bool
+) -> tuple[list[Summary], ClaudeLineWriter]:
+    """Open the data directory again and ask for `tasks`; the book is empty afterwards."""
+    backend = open_backend(data)
+    try:
+        async with writer_with_book(fake, backend) as writer:
+            summaries = await writer.summarize(tasks, urgent=urgent)
+            fingerprints = [writer._fingerprint(task) for task in tasks]
+        assert BatchBook(backend).find(fingerprints) == {}, "taken lines leave the book"
+    finally:
+        backend.close()
+    return summaries, writer
+
+
 def posts(fake: FakeMessagesAPI) -> list[str]:
     return [r.path for r in fake.requests if r.method == "POST"]
 
@@ -106,14 +121,7 @@ async def test_a_batch_in_flight_at_a_stop_is_taken_up_after_the_restart(tmp_pat
     with fake.serve():
         await stopped_while_waiting(fake, tmp_path, MERGES)
         assert posts(fake) == ["/v1/messages/batches"]
-        backend = open_backend(tmp_path)  # the process starts again
-        try:
-            async with writer_with_book(fake, backend) as writer:
-                summaries = await writer.summarize(MERGES, urgent=False)
-                fingerprints = [writer._fingerprint(task) for task in MERGES]
-            assert BatchBook(backend).find(fingerprints) == {}, "taken lines leave the book"
-        finally:
-            backend.close()
+        summaries, writer = await after_restart(fake, tmp_path, MERGES, urgent=False)
     assert posts(fake) == ["/v1/messages/batches"], "nothing was sent again"
     assert writer.batches_resumed == 1
     assert [s.text for s in summaries] == [filled(a) for a in ("8+4", "16+8", "32+16")]
@@ -146,14 +154,7 @@ async def test_an_urgent_call_does_not_wait_for_a_batch_still_running(tmp_path: 
     with fake.serve():
         await stopped_while_waiting(fake, tmp_path, MERGES)
         fake.hold_batches = True  # it is still running after the restart
-        backend = open_backend(tmp_path)
-        try:
-            async with writer_with_book(fake, backend) as writer:
-                summaries = await writer.summarize(MERGES, urgent=True)
-                fingerprints = [writer._fingerprint(task) for task in MERGES]
-            assert BatchBook(backend).find(fingerprints) == {}
-        finally:
-            backend.close()
+        summaries, _ = await after_restart(fake, tmp_path, MERGES, urgent=True)
     assert posts(fake) == ["/v1/messages/batches", "/v1/messages"]
     assert [s.text for s in summaries] == [filled(a) for a in ("8+4", "16+8", "32+16")]
     assert all(s.batch_usage is None for s in summaries), "the direct request is full price"
@@ -164,14 +165,7 @@ async def test_a_batch_gone_is_struck_off_and_its_tasks_asked_again(tmp_path: Pa
     with fake.serve():
         await stopped_while_waiting(fake, tmp_path, MERGES)
         fake.drop_batches()  # its results expired meanwhile
-        backend = open_backend(tmp_path)
-        try:
-            async with writer_with_book(fake, backend) as writer:
-                summaries = await writer.summarize(MERGES, urgent=False)
-                fingerprints = [writer._fingerprint(task) for task in MERGES]
-            assert BatchBook(backend).find(fingerprints) == {}
-        finally:
-            backend.close()
+        summaries, writer = await after_restart(fake, tmp_path, MERGES, urgent=False)
     assert posts(fake) == ["/v1/messages/batches", "/v1/messages/batches"]
     assert writer.batches_resumed == 0
     assert [s.text for s in summaries] == [filled(a) for a in ("8+4", "16+8", "32+16")]
