@@ -18,22 +18,25 @@
 # REST message objects carry no guild_id (as Discord's do not); gateway ones do. The bot's own
 # messages are echoed as MESSAGE_CREATE (as Discord does; `echo_bot_messages=False` turns it off).
 # Typing: payloads are JSON = dict[str, Any] (their shape is Discord's, checked by hikari itself);
-# the zlib compressobj's type is private, so it is Any too.
+# the compressors come from private or optional modules, so they are Any too.
 #
 # Invariants: state is mutated under `_lock` (on the fake's loop once serving), and readers take
-# snapshots under it. Each websocket has one zlib compressobj when `compress=zlib-stream`, and every
-# payload is compressed then flushed with Z_SYNC_FLUSH (ends in 00 00 ff ff), under a
-# per-connection lock so frames leave in compression order. Dispatch `s` numbers are per session
-# and strictly increase; a session keeps its dispatches so RESUME replays those after the client's
-# `seq`. A guild belongs to shard (guild_id >> 22) % shard_count of each identified session; only
-# that session gets its events; an event for a session that is disconnected waits in its backlog
-# for a RESUME (as on Discord), and one for a shard nobody identified is lost (`undelivered`).
+# snapshots under it. A websocket that asks for `compress=zlib-stream` gets every payload compressed
+# then flushed with Z_SYNC_FLUSH (ending in 00 00 ff ff), one that asks for `zstd-stream` (hikari
+# does when a zstd module is there) gets each as a flushed zstd block: one stream per connection,
+# under a per-connection lock so frames leave in compression order. Dispatch `s` numbers are per
+# session and strictly increase; a session keeps its dispatches so RESUME replays those after the
+# client's `seq`. A guild belongs to shard (guild_id >> 22) % shard_count of each identified
+# session; only that session gets its events; an event for a session that is disconnected waits in
+# its backlog for a RESUME (as on Discord), and one for a shard nobody identified is lost
+# (`undelivered`).
 from __future__ import annotations
 
 import asyncio
 import base64
 import contextlib
 import fnmatch
+import importlib
 import itertools
 import json
 import re
@@ -375,12 +378,45 @@ class _Failure:
         return body, headers
 
 
+class GatewayCompressor:
+    """One connection's gateway compression: each payload one frame of a single stream."""
+
+    def __init__(self, name: str, compressor: Any) -> None:
+        self.name = name
+        self._compressor = compressor
+
+    @classmethod
+    def for_name(cls, name: str) -> GatewayCompressor | None:
+        """The compressor for `compress=name`, or None if the fake cannot speak it."""
+        if name == "zlib-stream":
+            return cls(name, zlib.compressobj())
+        if name == "zstd-stream":
+            zstd = zstd_module()
+            return None if zstd is None else cls(name, zstd.ZstdCompressor())
+        return None
+
+    def frame(self, raw: bytes) -> bytes:
+        if self.name == "zlib-stream":
+            return bytes(self._compressor.compress(raw) + self._compressor.flush(zlib.Z_SYNC_FLUSH))
+        return bytes(self._compressor.compress(raw, mode=self._compressor.FLUSH_BLOCK))
+
+
+def zstd_module() -> Any:
+    """The zstd module hikari would use (the standard one from 3.14, else the backport)."""
+    for name in ("compression.zstd", "backports.zstd"):
+        try:
+            return importlib.import_module(name)
+        except ImportError:
+            continue
+    return None
+
+
 @dataclass(slots=True)
 class _Conn:
     id: int
     ws: web.WebSocketResponse
     request: web.Request
-    compressor: Any  # zlib compressobj or None for plain text frames
+    compressor: GatewayCompressor | None  # None for plain text frames
     send_lock: asyncio.Lock
     session: _Session | None = None
 
@@ -885,7 +921,8 @@ class FakeDiscord:
         with self._lock:
             self._ws_connects.append((request.path, dict(request.query)))
         compress = request.query.get("compress")
-        if compress not in (None, "zlib-stream"):
+        compressor = None if compress is None else GatewayCompressor.for_name(compress)
+        if compress is not None and compressor is None:
             self._record(request, request.path, None, (), 400, "gateway")
             return web.json_response({"message": f"unsupported compress={compress}"}, status=400)
         ws = web.WebSocketResponse(max_msg_size=0)
@@ -894,7 +931,7 @@ class FakeDiscord:
             next(self._conn_ids),
             ws,
             request,
-            zlib.compressobj() if compress == "zlib-stream" else None,
+            compressor,
             asyncio.Lock(),
         )
         with self._lock:
@@ -1069,8 +1106,7 @@ class FakeDiscord:
                 if conn.compressor is None:
                     await conn.ws.send_str(raw.decode())
                 else:
-                    data = conn.compressor.compress(raw) + conn.compressor.flush(zlib.Z_SYNC_FLUSH)
-                    await conn.ws.send_bytes(data)
+                    await conn.ws.send_bytes(conn.compressor.frame(raw))
         except (ConnectionResetError, RuntimeError):
             pass  # the client went away; a RESUME will replay dispatches from the backlog
 
