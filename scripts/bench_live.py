@@ -8,15 +8,16 @@ phases: the default settings (the 48 KiB mark is not reached with ~230
 messages a channel, so no compression runs) and small marks
 (--compress-at-kib, default 4) so compression really runs during ingest. In
 each phase, after that saturating feed, the same messages are offered again to
-fresh channels at a steady rate (--paced-rate, open loop) to time input to
-durable at a load below saturation. Then it times GetPrompt on channels kept
+fresh channels at steady rates (--paced-rates, open loop; the first
+--paced-messages of them at each rate) to time input to durable at loads
+below saturation. Then it times GetPrompt on channels kept
 awake by the questions, and, in a fresh directory first thing in the process,
 measures what a sleeping channel costs in memory.
 The last line printed is one JSON object.
 
     python scripts/bench_live.py [--channels 200] [--compress-at-kib 4]
                                  [--sleeping-channels 10000] [--prompts 3000]
-                                 [--window 64] [--paced-rate 10000]
+                                 [--window 64] [--paced-rates 1000,3000,10000]
 """
 
 from __future__ import annotations
@@ -54,7 +55,8 @@ INGEST_LIMIT_S = 600.0
 STEP_LIMIT_S = 120.0
 
 
-PACED_RATE = 10_000.0
+PACED_RATES = (1_000.0, 3_000.0, 10_000.0)
+PACED_MESSAGES = 10_000
 """Messages a second offered, open loop, when timing input-to-durable at a steady load."""
 PACED_CHANNEL = 1_000_000
 """The first channel id of the paced feed (fresh channels, apart from the saturating feed)."""
@@ -134,7 +136,7 @@ async def ingest(
 
 
 async def ingest_paced(
-    supervisor: Supervisor, posts: Sequence[Post], channels: int, rate: float
+    supervisor: Supervisor, posts: Sequence[Post], channels: int, rate: float, first_channel: int
 ) -> tuple[float, list[float]]:
     """Offer the messages at `rate` a second, open loop; (seconds, each input-to-durable latency).
 
@@ -161,7 +163,7 @@ async def ingest_paced(
         async with trio.open_nursery() as nursery:
             for channel in range(channels):
                 positions = list(range(channel, len(posts), channels))
-                nursery.start_soon(sender, positions, StreamId(GUILD, PACED_CHANNEL + channel))
+                nursery.start_soon(sender, positions, StreamId(GUILD, first_channel + channel))
     return time.perf_counter() - started, latencies
 
 
@@ -194,7 +196,8 @@ async def ingest_phase(
     settings: MemorySettings,
     prompts: int,
     window: int = WINDOW,
-    paced_rate: float = PACED_RATE,
+    paced_rates: Sequence[float] = PACED_RATES,
+    paced_messages: int = PACED_MESSAGES,
 ) -> dict[str, Any]:
     """Ingest into `channels` channels, let compression finish, time prompts, let them sleep."""
     store = EventStore(open_backend(data))
@@ -210,8 +213,18 @@ async def ingest_phase(
             await settle(store, settings, supervisor)
         settle_s = time.perf_counter() - settle_started
         streams = list(by_channel)
-        paced_s, paced = await ingest_paced(supervisor, posts, channels, paced_rate)
-        note(f"paced ingest at {paced_rate:,.0f} msgs/s took {paced_s:.2f} s")
+        paced_runs = {}
+        for number, rate in enumerate(paced_rates):
+            first = PACED_CHANNEL + number * channels  # fresh channels for each rate
+            paced_s, paced = await ingest_paced(
+                supervisor, posts[:paced_messages], channels, rate, first
+            )
+            note(f"paced ingest at {rate:,.0f} msgs/s took {paced_s:.2f} s")
+            paced_runs[f"{rate:.0f}"] = {
+                "achieved_msgs_per_s": round(len(paced) / paced_s),
+                "store_p50_ms": round(sorted(paced)[len(paced) // 2] * 1000, 3),
+                "store_p99_ms": p99_ms(paced),
+            }
         note("timing prompts")
         with trio.fail_after(STEP_LIMIT_S):
             # Questions to a few channels keep them awake (reads count as activity);
@@ -237,10 +250,7 @@ async def ingest_phase(
         "store_p99_ms": p99_ms(latencies),
         "store_max_ms": round(max(latencies) * 1000, 3),
         "tasks_done_during_ingest": ingested.tasks_done,
-        "paced_msgs_per_s": paced_rate,
-        "paced_achieved_msgs_per_s": round(len(posts) / paced_s),
-        "store_p50_ms_paced": round(sorted(paced)[len(paced) // 2] * 1000, 3),
-        "store_p99_ms_paced": p99_ms(paced),
+        "paced": paced_runs,
         "settle_s": round(settle_s, 3),
         "tasks_done": stats.tasks_done,
         "commits": stats.commits,
@@ -304,8 +314,14 @@ def main() -> int:
     parser.add_argument("--sleeping-channels", type=int, default=10_000)
     parser.add_argument("--prompts", type=int, default=3000)
     parser.add_argument(
-        "--paced-rate", type=float, default=PACED_RATE,
-        help="messages a second offered when timing latency at a steady load (default %(default)s)",
+        "--paced-rates", type=lambda text: [float(r) for r in text.split(",")],
+        default=list(PACED_RATES),
+        help="messages a second offered when timing latency at steady loads "
+        "(default 1000,3000,10000)",
+    )
+    parser.add_argument(
+        "--paced-messages", type=int, default=PACED_MESSAGES,
+        help="messages offered at each steady rate (default %(default)s)",
     )
     parser.add_argument(
         "--window", type=int, default=WINDOW,
@@ -330,10 +346,10 @@ def main() -> int:
         sleeping = trio.run(sleeping_phase, root / "sleeping", posts, args.sleeping_channels)
         print("sleeping channels:", json.dumps(sleeping), file=sys.stderr)
         plain = trio.run(ingest_phase, root / "default", posts, args.channels, default,
-                         args.prompts, args.window, args.paced_rate)
+                         args.prompts, args.window, args.paced_rates, args.paced_messages)
         print("default marks:", json.dumps(plain), file=sys.stderr)
         compressing = trio.run(ingest_phase, root / "small", posts, args.channels, small,
-                               args.prompts, args.window, args.paced_rate)
+                               args.prompts, args.window, args.paced_rates, args.paced_messages)
         print("small marks:", json.dumps(compressing), file=sys.stderr)
         rss_mb = round(memory_kb()["VmRSS"] / 1024, 1)
     worst = min(plain["ingest_msgs_per_s"], compressing["ingest_msgs_per_s"])
@@ -344,8 +360,10 @@ def main() -> int:
         "ingest_msgs_per_s_default_marks": plain["ingest_msgs_per_s"],
         "ingest_msgs_per_s_compressing": compressing["ingest_msgs_per_s"],
         "store_p99_ms": max(plain["store_p99_ms"], compressing["store_p99_ms"]),
-        "paced_msgs_per_s": args.paced_rate,
-        "store_p99_ms_paced": max(plain["store_p99_ms_paced"], compressing["store_p99_ms_paced"]),
+        "store_p99_ms_paced": {
+            rate: max(run["store_p99_ms"], compressing["paced"][rate]["store_p99_ms"])
+            for rate, run in plain["paced"].items()
+        },
         "prompt_p99_ms": max(plain["prompt_p99_ms"], compressing["prompt_p99_ms"]),
         "prompt_cold_p99_ms": max(plain["prompt_cold_p99_ms"], compressing["prompt_cold_p99_ms"]),
         "tasks_done": compressing["tasks_done"],
