@@ -40,10 +40,6 @@ class Urgency:
             if self._under_way == 0:
                 self._clear.set()
 
-    @property
-    def under_way(self) -> int:
-        return self._under_way
-
     async def yield_to_urgent(self) -> None:
         """Wait while urgent work is under way (at most `max_wait_s`); at once otherwise."""
         if self._under_way:
