@@ -4,7 +4,8 @@ The real hikari client (under trio-asyncio) connects to the fake Discord on loop
 runs with its pusher in a child process, and the fake Messages API in another (each with its
 own GIL, as Discord's and Anthropic's servers would be); the pusher posts
 the sample's 45,707 messages (read in place, never copied) as their authors, as fast as the
-bot takes them (at most --window messages sent and not yet durable), and every
+bot takes them (at most --window messages sent and not yet durable; the bot process's CPU
+time per message is the steadier figure on a shared machine), and every
 --mention-every-th message mentions Eva (mention-to-reply counts from the fake sending it to
 the fake receiving the reply, so it includes the wait behind the window; the "durable" one
 counts from the mention being stored, i.e. what answering adds). The fake Messages API
@@ -188,12 +189,14 @@ async def phase(limit: int, channel_count: int, mention_every: int, window: int,
         await trio.sleep(0.5)  # the guild's GUILD_CREATE first
         note(f"pushing {limit or 'all'} messages into {channel_count} channel(s)")
         started = time.perf_counter()
+        cpu_started = time.process_time()  # every thread of this, the bot's, process
         link.send("go")
         with trio.fail_after(PHASE_LIMIT_S):
             sent, mentions = await trio.to_thread.run_sync(link.recv)
             while len(durable.at) < len(sent):  # noqa: ASYNC110 - filled by a hook
                 await trio.sleep(0.01)
         seconds = time.perf_counter() - started
+        cpu_seconds = time.process_time() - cpu_started
         with trio.fail_after(60):
             while True:
                 link.send("replies?")
@@ -220,6 +223,7 @@ async def phase(limit: int, channel_count: int, mention_every: int, window: int,
         "messages": len(sent),
         "seconds": round(seconds, 3),
         "gateway_msgs_per_s": round(len(sent) / seconds),
+        "bot_cpu_us_per_msg": round(cpu_seconds / len(sent) * 1e6, 1),
         "p50_ms_gateway_to_durable": p50_ms(latencies),
         "p99_ms_gateway_to_durable": p99_ms(latencies),
         "stored": len(durable.at),

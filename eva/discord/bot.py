@@ -54,11 +54,11 @@ from eva.discord.history import History
 from eva.discord.lanes import Backfill, Change, Ingest, Job, Lane
 from eva.discord.mapping import (
     delete_of,
-    display_name,
     edit_of,
     stream_of,
 )
-from eva.discord.messages import CHAT_TYPES, asks_eva, mention_names, post_from
+from eva.discord.messages import mention_names
+from eva.discord.payloads import PayloadError, asks_eva, chat_post
 from eva.discord.reply_sender import ReplySender
 from eva.live.inputs import Describe, Edit, Post
 from eva.live.supervisor import Supervisor, wall_clock_ms
@@ -183,7 +183,7 @@ class EvaBot:
             (hikari.ShardReadyEvent, self._on_ready),
             (hikari.GuildAvailableEvent, self._on_guild_available),
             (hikari.GuildJoinEvent, self._on_guild_join),
-            (hikari.GuildMessageCreateEvent, self._on_create),
+            (hikari.ShardPayloadEvent, self._on_payload),
             (hikari.GuildMessageUpdateEvent, self._on_update),
             (hikari.GuildMessageDeleteEvent, self._on_delete),
             (hikari.GuildBulkMessageDeleteEvent, self._on_bulk_delete),
@@ -248,17 +248,21 @@ class EvaBot:
         if self._ready.is_set():
             await run_trio(lambda: self._register_commands([int(event.guild_id)]))
 
-    async def _on_create(self, event: hikari.GuildMessageCreateEvent) -> None:
-        message = event.message
-        if message.type not in CHAT_TYPES:
+    async def _on_payload(self, event: hikari.ShardPayloadEvent) -> None:
+        """A message created: read from the raw payload (hikari's models cost more than
+        storing it), queued on its lane before this returns, like every listener here."""
+        if event.name != "MESSAGE_CREATE":
             return
-        member = event.member
-        author = message.author
-        nickname = member.nickname if member is not None else None
-        name = display_name(nickname, author.global_name, author.username)
-        post = post_from(message, self.eva_id, self.eva_name, name)
-        stream = stream_of(event.guild_id, event.channel_id)
-        if asks_eva(self.eva_id, message):
+        payload = event.payload
+        try:
+            post = chat_post(payload, self.eva_id, self.eva_name)
+        except PayloadError as error:
+            log.warning("a message from Discord was left out: %s", error)
+            return
+        if post is None:
+            return
+        stream = stream_of(payload["guild_id"], payload["channel_id"])
+        if asks_eva(payload, self.eva_id):
             self._take_question(stream, post)
         else:
             self._enqueue(stream, Ingest(post))
@@ -380,7 +384,7 @@ class EvaBot:
         """Do a lane's jobs in order; messages that came together are submitted together."""
         ingests = [job for job in batch if isinstance(job, Ingest)]
         if len(ingests) > 1 and len(ingests) == len(batch) - (not isinstance(batch[-1], Ingest)):
-            requests = [await self.supervisor.submit(stream, one.post) for one in ingests]
+            requests = await self.supervisor.submit_all(stream, [one.post for one in ingests])
             for ingest, request in zip(ingests, requests, strict=True):
                 try:
                     self._after_ingest(stream, ingest, await request.result())

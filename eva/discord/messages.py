@@ -8,16 +8,10 @@ from collections.abc import Mapping, Sequence
 import hikari
 
 from eva.discord.mapping import display_name, mentions_eva, post_of
+from eva.discord.payloads import CHAT_TYPE_CODES
 from eva.live.inputs import Post
 
-CHAT_TYPES = frozenset(
-    {
-        hikari.MessageType.DEFAULT,
-        hikari.MessageType.REPLY,
-        hikari.MessageType.CHAT_INPUT,
-        hikari.MessageType.CONTEXT_MENU_COMMAND,
-    }
-)
+CHAT_TYPES = frozenset(hikari.MessageType(code) for code in CHAT_TYPE_CODES)
 """The kinds of message that are chat (joins, pins and boosts are not)."""
 
 

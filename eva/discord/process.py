@@ -55,6 +55,7 @@ def make_gateway(token: str, rest_url: str | None = None) -> hikari.GatewayBot:
         logs=None,
         banner=None,
         suppress_optimization_warning=True,
+        loads=msgspec.json.decode,  # the payloads' JSON, about four times faster than json's
     )
 
 

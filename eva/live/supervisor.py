@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -90,15 +90,33 @@ class Supervisor:
         A sender that submits several inputs before awaiting their results lets
         the actor store queued posts in one commit; their order is kept.
         """
-        request = Request(item)
-        while True:
-            actor = self._actor(stream)
-            inbox = actor.read_send if isinstance(item, READ_INPUTS) else actor.send
-            try:
-                await inbox.send(request)
-                return request
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                continue  # it went to sleep just now; the next one takes it
+        return (await self.submit_all(stream, [item]))[0]
+
+    async def submit_all(self, stream: StreamId, items: Sequence[ChannelInput]) -> list[Request]:
+        """Queue `items` in order, and await `.result()` of each.
+
+        They go into the inbox without a pause between them while it has room, so the
+        actor finds posts that arrived together side by side and stores them in one
+        commit; a full inbox makes this wait, as `submit` does.
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        requests = []
+        for item in items:
+            request = Request(item)
+            while True:
+                actor = self._actor(stream)
+                inbox = actor.read_send if isinstance(item, READ_INPUTS) else actor.send
+                try:
+                    try:
+                        inbox.send_nowait(request)
+                    except trio.WouldBlock:
+                        await inbox.send(request)
+                    break
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    continue  # it went to sleep just now; the next one takes it
+            requests.append(request)
+        await trio.lowlevel.cancel_shielded_checkpoint()  # what is queued stays queued
+        return requests
 
     def wake(self, stream: StreamId) -> None:
         """Start the channel's actor if it sleeps."""

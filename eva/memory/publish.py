@@ -35,8 +35,9 @@ class LineSizes:
     makes it again: then `clear` (or `forget` for the addresses made again).
     Publishing measures lines through it and the prompt reads the row from
     it, so a line is rendered once however often the row is published. Only
-    the published row's lines are kept (`keep`): a line merged out of the row
-    never comes back into it, so the cache stays as long as the row.
+    the published row's lines are kept (`keep`), with the sizes of the lines
+    above them that the next publish may merge into: a line merged out of the
+    row never comes back into it, so the cache stays about as long as the row.
     """
 
     sizes: dict[Address, int] = field(default_factory=dict)
@@ -86,21 +87,27 @@ class LineSizes:
     def fill(
         self, store: EventStore, stream: StreamId, addresses: Sequence[Address], tz: tzinfo
     ) -> None:
-        """Render the lines at `addresses` not rendered yet, read in one transaction."""
+        """Render the lines at `addresses` not measured yet, read in one transaction."""
         if tz != self.zone:
             self.clear()
             self.zone = tz
-        missing = [address for address in addresses if address not in self.texts]
+        missing = [address for address in addresses if address not in self.sizes]
         for (start, size), line in store.lines(stream, missing).items():
             address = Address(start, size)
             text = render_line(address, line.text, line.first_ms, line.last_ms, tz)
             self.texts[address] = text
             self.sizes[address] = len(text.encode())
 
-    def keep(self, addresses: Sequence[Address]) -> None:
-        """Drop every line but those at `addresses`."""
-        self.texts = {a: self.texts[a] for a in addresses if a in self.texts}
-        self.sizes = {a: self.sizes[a] for a in addresses if a in self.sizes}
+    def keep(self, row: Sequence[Address]) -> None:
+        """Drop every line but those of `row`, and the sizes of all but the lines above it."""
+        self.texts = {a: self.texts[a] for a in row if a in self.texts}
+        sizes = self.sizes
+        kept: dict[Address, int] = {}
+        for address in row:
+            while address not in kept and address in sizes:
+                kept[address] = sizes[address]
+                address = parent(address)
+        self.sizes = kept
 
     def forget(self, addresses: set[Address]) -> None:
         for address in addresses:
@@ -169,15 +176,15 @@ async def _measure_above(
     those lines can reach: `known` then answers both its questions.
     """
     level = list(known)
-    measured = 0
     while level:
         above = sorted({parent(address) for address in level} - known.keys())
         level = []
-        for address in above:
-            size = sizes.written_size(store, stream, address, tz)
-            if size is not None:
-                known[address] = size
-                level.append(address)
-            measured += 1
-            if measured % MEASURE_CHUNK == 0:
-                await trio.lowlevel.checkpoint()
+        for first in range(0, len(above), MEASURE_CHUNK):
+            chunk = above[first : first + MEASURE_CHUNK]
+            sizes.fill(store, stream, chunk, tz)
+            for address in chunk:
+                size = sizes.sizes.get(address)
+                if size is not None:  # else not written yet
+                    known[address] = size
+                    level.append(address)
+            await trio.lowlevel.checkpoint()
