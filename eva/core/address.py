@@ -23,6 +23,9 @@ class Address(NamedTuple):
     size: int
 
 
+_new = tuple.__new__  # builds an Address without the generated __new__, for the hot helpers
+
+
 def is_power_of_two(number: int) -> bool:
     """Whether `number` is 1, 2, 4, 8, ..."""
     return number > 0 and number & (number - 1) == 0
@@ -52,7 +55,7 @@ def format_address(address: Address) -> str:
 
 def leaf(index: int) -> Address:
     """The address of the leaf of message `index`."""
-    return Address(index, 1)
+    return _new(Address, (index, 1))
 
 
 def level(size: int) -> int:
@@ -71,13 +74,13 @@ def parent(address: Address) -> Address:
     """The line one level up that contains `address` as one of its halves."""
     start, size = address
     double = size * 2
-    return Address(start - start % double, double)
+    return _new(Address, (start - start % double, double))
 
 
 def sibling(address: Address) -> Address:
     """The other half of `address`'s parent."""
     start, size = address
-    return Address(start ^ size, size)
+    return _new(Address, (start ^ size, size))
 
 
 def is_left_half(address: Address) -> bool:
@@ -91,4 +94,4 @@ def halves(address: Address) -> tuple[Address, Address]:
     if size < 2:
         raise ValueError(f"the leaf {format_address(address)} has no halves")
     half = size // 2
-    return Address(start, half), Address(start + half, half)
+    return _new(Address, (start, half)), _new(Address, (start + half, half))

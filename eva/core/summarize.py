@@ -8,6 +8,7 @@
 # always passes `validate_line` and keeps `Name:` prefixes while they fit.
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 import re
@@ -89,9 +90,14 @@ async def summarize_tasks(
     summarizer: Summarizer, tasks: Sequence[Task], urgent: bool = True
 ) -> list[Summary]:
     """`summarizer.summarize(tasks)`, saying `urgent=False` only to summarizers that take it."""
-    if urgent or "urgent" not in inspect.signature(summarizer.summarize).parameters:
+    if urgent or not _takes_urgent(type(summarizer)):
         return await summarizer.summarize(tasks)
     return await summarizer.summarize(tasks, urgent=False)
+
+
+@functools.cache
+def _takes_urgent(kind: type[Summarizer]) -> bool:
+    return "urgent" in inspect.signature(kind.summarize).parameters
 
 
 def line_problem(text: str, limit: int = LINE_LIMIT_BYTES) -> str | None:

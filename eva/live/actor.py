@@ -20,6 +20,7 @@ from eva.core.block import cap_tail, memory_block
 from eva.core.events import (
     AnyEvent,
     ChannelDescribed,
+    LineWritten,
     MessageDeleted,
     MessageEdited,
     PublishReason,
@@ -594,4 +595,6 @@ class ChannelActor:
 
     async def _append(self, stream: StreamId, events: Sequence[AnyEvent]) -> Appended:
         """The `Append` that compression and publishing write through."""
-        return await self.shared.writer.append(stream, events)
+        appended = await self.shared.writer.append(stream, events)
+        self.sizes.learn(event for event in events if isinstance(event, LineWritten))
+        return appended

@@ -8,16 +8,16 @@
 # the trio loop (and a reply waiting on it) for long.
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import tzinfo
 
 import trio
 
 from eva.core.address import Address, parent
-from eva.core.events import PublishReason, RowPublished
+from eva.core.events import LineWritten, PublishReason, RowPublished
 from eva.core.keys import StreamId
-from eva.core.render import render_line
+from eva.core.render import render_line, utf8_size
 from eva.core.row import append_leaves, row_bytes, sawtooth
 from eva.core.settings import MemorySettings
 from eva.memory.compress import Append
@@ -97,6 +97,23 @@ class LineSizes:
             text = render_line(address, line.text, line.first_ms, line.last_ms, tz)
             self.texts[address] = text
             self.sizes[address] = len(text.encode())
+
+    def learn(self, lines: Iterable[LineWritten]) -> None:
+        """Measure lines as they are written, so a publish need not read them back.
+
+        Only their sizes: the texts of the lines that end up in the row are rendered
+        when the prompt reads them. Nothing is learnt before the zone is known.
+        """
+        zone = self.zone
+        if zone is None:
+            return
+        sizes = self.sizes
+        for line in lines:
+            address = Address._make((line.start, line.size))
+            self.texts.pop(address, None)
+            sizes[address] = utf8_size(
+                render_line(address, line.text, line.first_ms, line.last_ms, zone)
+            )
 
     def keep(self, row: Sequence[Address]) -> None:
         """Drop every line but those of `row`, and the sizes of all but the lines above it."""
