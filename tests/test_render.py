@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from datetime import UTC, datetime, tzinfo
 from zoneinfo import ZoneInfo
@@ -15,6 +16,7 @@ from eva.core.render import (
     cut_to_bytes,
     date_span,
     fits,
+    flatten_line_breaks,
     join_glue,
     render_line,
     render_message,
@@ -160,3 +162,22 @@ def test_cut_ends_at_a_word_when_a_space_is_inside_the_limit(words: list[str], l
         # The cut is whole words: what follows it in the text is a space.
         assert cut
         assert text[len(cut)] == " "
+
+
+EVERY_BREAK = re.compile("\r\n|[\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029]")
+"""Line breaks as Unicode and Python count them; \\r\\n is one."""
+
+
+@given(
+    st.lists(st.sampled_from(["a", "é ", "\r", "\n", "\r\n", "\x85", "\u2028", "\x0b", "😀", " "]))
+)
+def test_each_line_break_becomes_one_space(parts: list[str]) -> None:
+    text = "".join(parts)
+    assert flatten_line_breaks(text) == EVERY_BREAK.sub(" ", text)
+
+
+@given(st.text())
+def test_flattening_any_text_leaves_no_break(text: str) -> None:
+    flat = flatten_line_breaks(text)
+    assert flat == EVERY_BREAK.sub(" ", text)
+    assert len(flat.splitlines()) <= 1
