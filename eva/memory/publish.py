@@ -85,13 +85,21 @@ class LineSizes:
         return text
 
     def fill(
-        self, store: EventStore, stream: StreamId, addresses: Sequence[Address], tz: tzinfo
+        self,
+        store: EventStore,
+        stream: StreamId,
+        addresses: Sequence[Address],
+        tz: tzinfo,
+        *,
+        sizes_only: bool = False,
     ) -> None:
-        """Render the lines at `addresses` not measured yet, read in one transaction."""
+        """Render the lines at `addresses` not rendered yet (`sizes_only`: not measured
+        yet), read in one transaction."""
         if tz != self.zone:
             self.clear()
             self.zone = tz
-        missing = [address for address in addresses if address not in self.sizes]
+        have = self.sizes if sizes_only else self.texts
+        missing = [address for address in addresses if address not in have]
         for (start, size), line in store.lines(stream, missing).items():
             address = Address(start, size)
             text = render_line(address, line.text, line.first_ms, line.last_ms, tz)
@@ -160,6 +168,7 @@ async def publish(
         row, known.__getitem__, known.__contains__, settings.row_high_bytes, settings.row_low_bytes
     )
     sizes.keep(result.row)
+    sizes.fill(store, stream, result.row, tz)  # the texts the prompt reads, in one transaction
     event = RowPublished(
         at_ms=now_ms,
         entries=tuple((a.start, a.size) for a in result.row),
@@ -175,7 +184,7 @@ async def _measure_row(
     store: EventStore, stream: StreamId, row: Sequence[Address], tz: tzinfo, sizes: LineSizes
 ) -> dict[Address, int]:
     """The rendered bytes of each line of `row` (all written)."""
-    sizes.fill(store, stream, row, tz)  # the new lines, read in one transaction
+    sizes.fill(store, stream, row, tz, sizes_only=True)  # new lines, in one transaction
     known: dict[Address, int] = {}
     for count, address in enumerate(row, 1):
         known[address] = sizes.measure(store, stream, address, tz)
@@ -198,7 +207,7 @@ async def _measure_above(
         level = []
         for first in range(0, len(above), MEASURE_CHUNK):
             chunk = above[first : first + MEASURE_CHUNK]
-            sizes.fill(store, stream, chunk, tz)
+            sizes.fill(store, stream, chunk, tz, sizes_only=True)
             for address in chunk:
                 size = sizes.sizes.get(address)
                 if size is not None:  # else not written yet
