@@ -198,3 +198,18 @@ def test_chat_is_plain_messages_replies_and_commands() -> None:
         hikari.MessageType.CHAT_INPUT,
         hikari.MessageType.CONTEXT_MENU_COMMAND,
     } == CHAT_TYPES
+
+
+def test_a_mention_without_an_id_is_named_when_asking() -> None:
+    payload = {
+        "id": "5",
+        "type": 0,
+        "guild_id": "3",
+        "channel_id": "2",
+        "author": {"id": "7", "username": "kenji"},
+        "content": "hi",
+        "timestamp": "2024-05-01T12:30:15+00:00",
+        "mentions": [{"username": "maya"}],
+    }
+    with pytest.raises(PayloadError, match="has no 'id'"):
+        asks_eva(payload, EVA)

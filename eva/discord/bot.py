@@ -256,13 +256,14 @@ class EvaBot:
         payload = event.payload
         try:
             post = chat_post(payload, self.eva_id, self.eva_name)
-        except PayloadError as error:
+            if post is None:
+                return
+            asks = asks_eva(payload, self.eva_id)
+            stream = stream_of(payload["guild_id"], payload["channel_id"])
+        except (PayloadError, KeyError, ValueError, TypeError) as error:
             log.warning("a message from Discord was left out: %s", error)
             return
-        if post is None:
-            return
-        stream = stream_of(payload["guild_id"], payload["channel_id"])
-        if asks_eva(payload, self.eva_id):
+        if asks:
             self._take_question(stream, post)
         else:
             self._enqueue(stream, Ingest(post))

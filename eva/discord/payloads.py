@@ -57,16 +57,21 @@ def chat_post(payload: Mapping[str, Any], eva_id: int, eva_name: str) -> Post | 
 
 def asks_eva(payload: Mapping[str, Any], eva_id: int) -> bool:
     """Whether a person (not a bot) mentions Eva or replies to her in this payload."""
-    if payload["author"].get("bot"):
-        return False
-    referenced = payload.get("referenced_message")
-    author = referenced.get("author") if referenced else None
-    return mentions_eva(
-        payload.get("content") or "",
-        [user["id"] for user in payload.get("mentions") or ()],
-        eva_id,
-        int(author["id"]) if author else None,
-    )
+    try:
+        if payload["author"].get("bot"):
+            return False
+        referenced = payload.get("referenced_message")
+        author = referenced.get("author") if referenced else None
+        return mentions_eva(
+            payload.get("content") or "",
+            [user["id"] for user in payload.get("mentions") or ()],
+            eva_id,
+            int(author["id"]) if author else None,
+        )
+    except KeyError as missing:
+        raise PayloadError(f"message {payload.get('id')!r} has no {missing}") from None
+    except (TypeError, ValueError, AttributeError) as error:
+        raise PayloadError(f"message {payload.get('id')!r} is malformed: {error}") from None
 
 
 def _reply_to(payload: Mapping[str, Any]) -> int | None:
