@@ -162,6 +162,18 @@ def test_a_mention_of_eva_by_a_person_asks_her_and_names_are_written_out() -> No
     assert not asks_eva({**payload, "author": {**payload["author"], "bot": True}}, EVA)
 
 
+PLAIN: dict[str, Any] = {
+    "id": "5",
+    "type": 0,
+    "guild_id": "3",
+    "channel_id": "2",
+    "author": {"id": "7", "username": "kenji"},
+    "content": "hi",
+    "timestamp": "2024-05-01T12:30:15+00:00",
+}
+"""A guild message with just the fields Eva reads."""
+
+
 @pytest.mark.parametrize(
     ("change", "what"),
     [
@@ -172,15 +184,7 @@ def test_a_mention_of_eva_by_a_person_asks_her_and_names_are_written_out() -> No
     ],
 )
 def test_a_broken_payload_is_named_in_the_error(change: dict[str, Any], what: str) -> None:
-    payload = {
-        "id": "5",
-        "type": 0,
-        "guild_id": "3",
-        "channel_id": "2",
-        "author": {"id": "7", "username": "kenji"},
-        "content": "hi",
-        "timestamp": "2024-05-01T12:30:15+00:00",
-    } | change
+    payload = PLAIN | change
     with pytest.raises(PayloadError, match=what):
         chat_post(payload, EVA, EVA_NAME)
 
@@ -201,15 +205,6 @@ def test_chat_is_plain_messages_replies_and_commands() -> None:
 
 
 def test_a_mention_without_an_id_is_named_when_asking() -> None:
-    payload = {
-        "id": "5",
-        "type": 0,
-        "guild_id": "3",
-        "channel_id": "2",
-        "author": {"id": "7", "username": "kenji"},
-        "content": "hi",
-        "timestamp": "2024-05-01T12:30:15+00:00",
-        "mentions": [{"username": "maya"}],
-    }
+    payload = PLAIN | {"mentions": [{"username": "maya"}]}
     with pytest.raises(PayloadError, match="has no 'id'"):
         asks_eva(payload, EVA)
