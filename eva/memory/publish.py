@@ -52,19 +52,10 @@ class LineSizes:
         return text
 
     def measure(self, store: EventStore, stream: StreamId, address: Address, tz: tzinfo) -> int:
-        size = self.written_size(store, stream, address, tz)
-        if size is None:
-            raise LookupError(f"{stream}: row line {address} is missing")
-        return size
-
-    def written_size(
-        self, store: EventStore, stream: StreamId, address: Address, tz: tzinfo
-    ) -> int | None:
-        """The rendered bytes of the line at `address`, or None if it is not written."""
+        """The rendered bytes of the line at `address`."""
         size = self.sizes.get(address)
         if size is None or tz != self.zone:
-            if self._rendered(store, stream, address, tz) is None:
-                return None
+            self.render(store, stream, address, tz)
             size = self.sizes[address]
         return size
 
@@ -109,8 +100,9 @@ class LineSizes:
     def learn(self, lines: Iterable[LineWritten]) -> None:
         """Measure lines as they are written, so a publish need not read them back.
 
-        Only their sizes: the texts of the lines that end up in the row are rendered
-        when the prompt reads them. Nothing is learnt before the zone is known.
+        Only their sizes (most lines are merged away before they could be shown): the
+        texts of the lines that end up in the row are read once the row is chosen.
+        Nothing is learnt before the zone is known.
         """
         zone = self.zone
         if zone is None:
