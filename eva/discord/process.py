@@ -19,12 +19,11 @@ from pathlib import Path
 import hikari
 import msgspec
 import trio
-import trio_asyncio  # type: ignore[import-untyped]
 
 from eva.core.settings import LiveSettings, MemorySettings, ModelSettings
 from eva.core.summarize import OfflineSummarizer, Summarizer
 from eva.discord.bot import EvaBot, Stored, bot_id_of
-from eva.discord.bridge import aio
+from eva.discord.bridge import aio, open_asyncio_loop
 from eva.discord.reply_sender import open_reply_sender
 from eva.live.supervisor import open_supervisor
 from eva.model.batch_book import BatchBook
@@ -131,7 +130,7 @@ async def run_bot(
         async with (
             open_supervisor(store, summarizer, memory, live, data_dir=data_dir) as supervisor,
             open_reply_sender(token, rest_url) as replies,
-            trio_asyncio.open_loop(),
+            open_asyncio_loop(),
             trio.open_nursery() as nursery,
         ):
             gateway = make_gateway(token, rest_url)
