@@ -199,14 +199,19 @@ def _fair_shares(sizes: Sequence[int], budget: int) -> list[int]:
 def _fit_pieces(pieces: Sequence[_Piece], limit: int) -> str | None:
     """The pieces joined within `limit`, each cut to a fair share; None if one gets too little."""
     budget = limit - utf8_size(PIECE_SEPARATOR) * (len(pieces) - 1)
-    shares = _fair_shares([utf8_size(piece.render()) for piece in pieces], budget)
-    for piece, share in zip(pieces, shares, strict=True):
-        name_bytes = 0 if piece.name is None else utf8_size(f"{piece.name}: ")
-        if share < utf8_size(piece.render()) and share < name_bytes + _MIN_BODY_BYTES:
+    whole = [piece.render() for piece in pieces]
+    sizes = [utf8_size(text) for text in whole]
+    shares = _fair_shares(sizes, budget)
+    kept: list[str] = []
+    for piece, text, size, share in zip(pieces, whole, sizes, shares, strict=True):
+        if share >= size:  # the piece keeps all it says
+            kept.append(text)
+            continue
+        name_bytes = 0 if piece.name is None else utf8_size(piece.name) + len(": ")
+        if share < name_bytes + _MIN_BODY_BYTES:
             return None
-    return PIECE_SEPARATOR.join(
-        piece.render_within(share) for piece, share in zip(pieces, shares, strict=True)
-    )
+        kept.append(piece.render_within(share))
+    return PIECE_SEPARATOR.join(kept)
 
 
 def _merge_line(left_text: str, right_text: str, limit: int) -> str:
