@@ -31,7 +31,7 @@ from eva.core.projection import Rejected, rendered_size
 from eva.core.settings import KIB, MINUTE_MS, LiveSettings, MemorySettings
 from eva.core.summarize import OfflineSummarizer, Summarizer, Summary, Task
 from eva.core.timing import compression_due
-from eva.live.actor import POST_BATCH
+from eva.live.actor import POST_BATCH, Request
 from eva.live.inputs import Edit, GetPrompt, Post, Recall, Zoom
 from eva.live.supervisor import Supervisor, open_supervisor
 from eva.live.writer import Writer
@@ -584,3 +584,24 @@ async def test_full_inboxes_slow_senders_down_and_drop_nothing(
         ]
         assert [e.index for e in stored] == list(range(senders))
         assert replay_stream(store, stream).ok
+
+
+async def test_result_soon_takes_a_given_answer_without_a_checkpoint() -> None:
+    given, failed, pending = Request(GetPrompt()), Request(GetPrompt()), Request(GetPrompt())
+    given.reply("the answer")
+    failed.reply(error=ValueError("the actor's error"))
+    with trio.testing.assert_no_checkpoints():
+        assert await given.result_soon() == "the answer"
+        with pytest.raises(ValueError, match="the actor's error"):
+            await failed.result_soon()
+    with trio.testing.assert_checkpoints():
+        assert await given.result() == "the answer"  # `result` always gives a turn
+
+    async def answer_later() -> None:
+        await trio.sleep(0.01)
+        pending.reply(7)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(answer_later)
+        with trio.testing.assert_checkpoints():
+            assert await pending.result_soon() == 7  # it waits for an answer not given yet

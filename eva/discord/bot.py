@@ -388,7 +388,7 @@ class EvaBot:
             requests = await self.supervisor.submit_all(stream, [one.post for one in ingests])
             for ingest, request in zip(ingests, requests, strict=True):
                 try:
-                    self._after_ingest(stream, ingest, await request.result())
+                    self._after_ingest(stream, ingest, await request.result_soon())
                 except Exception:  # one bad event must not stop the channel
                     log.exception("channel %s failed on %r", stream, ingest)
                 finally:
