@@ -142,6 +142,7 @@ class EvaBot:
         nursery: trio.Nursery,
         on_stored: Stored | None = None,
         replies: ReplySender | None = None,
+        urgency: Urgency | None = None,
     ) -> None:
         self.bot = bot
         self.supervisor = supervisor
@@ -152,7 +153,7 @@ class EvaBot:
         self.eva_id = eva_id
         self.eva_name = "Eva"
         self.on_stored = on_stored
-        self.urgency = Urgency()
+        self.urgency = urgency or Urgency()
         self.answerer = Answerer(bot, supervisor, client, models, eva_id, self.urgency, replies)
         self._nursery = nursery
         self._lanes: dict[StreamId, Lane] = {}

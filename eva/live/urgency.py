@@ -40,6 +40,10 @@ class Urgency:
             if self._under_way == 0:
                 self._clear.set()
 
+    def under_way(self) -> bool:
+        """Whether urgent work is under way now."""
+        return self._under_way > 0
+
     async def yield_to_urgent(self) -> None:
         """Wait while urgent work is under way (at most `max_wait_s`); at once otherwise."""
         if self._under_way:
