@@ -52,6 +52,15 @@ async def run_queued(
     return ran, steps.steps
 
 
+async def callbacks_per_turn(ran: list[int], count: int) -> list[int]:
+    """Take trio turns until `count` callbacks ran; how many ran between two of ours."""
+    seen: list[int] = []
+    while len(ran) < count:
+        await trio.lowlevel.checkpoint()
+        seen.append(len(ran))
+    return [after - before for before, after in zip([0, *seen], seen, strict=False)]
+
+
 async def test_queued_callbacks_run_in_order_in_a_few_turns() -> None:
     ran, steps = await run_queued(open_asyncio_loop, 50)
     assert ran == list(range(50))
@@ -70,15 +79,12 @@ async def test_one_callback_a_turn_while_work_is_urgent() -> None:
     once the wait is over the loop batches again."""
     urgent = [True]
     ran: list[int] = []
-    seen: list[int] = []
     async with open_asyncio_loop(one_at_a_time=lambda: urgent[0]) as loop:
         await trio.sleep(0.01)
         for number in range(40):
             loop.call_soon(ran.append, number)
         with trio.fail_after(5):
-            while len(ran) < 20:
-                await trio.lowlevel.checkpoint()
-                seen.append(len(ran))
+            jumps = await callbacks_per_turn(ran, 20)
             urgent[0] = False
             ran_then = len(ran)
             steps = LoopSteps()
@@ -87,7 +93,6 @@ async def test_one_callback_a_turn_while_work_is_urgent() -> None:
                 await trio.lowlevel.checkpoint()
             trio.lowlevel.remove_instrument(steps)
     assert ran == list(range(40))
-    jumps = [after - before for before, after in zip([0, *seen], seen, strict=False)]
     assert max(jumps) <= 2  # one callback a loop turn, two turns at most between ours
     assert steps.steps <= 2 < 40 - ran_then
 
@@ -95,22 +100,18 @@ async def test_one_callback_a_turn_while_work_is_urgent() -> None:
 @pytest.mark.parametrize("batch", [1, 8, READY_BATCH])
 async def test_trio_tasks_run_between_batches(batch: int) -> None:
     ran: list[int] = []
-    seen: list[int] = []
     async with open_asyncio_loop(batch) as loop:
         await trio.sleep(0.01)
         for number in range(300):
             loop.call_soon(ran.append, number)
         with trio.fail_after(5):
-            while len(ran) < 300:
-                await trio.lowlevel.checkpoint()
-                seen.append(len(ran))
+            jumps = await callbacks_per_turn(ran, 300)
     assert ran == list(range(300))
-    jumps = [after - before for before, after in zip([0, *seen], seen, strict=False)]
     # A loop turn runs the callback it waited for and at most `batch` more; trio may
     # order one round of runnable tasks either way, so two loop turns can fall
     # between two turns of this task, never more.
     assert max(jumps) <= 2 * (batch + 1)
-    assert len(seen) >= 300 // (2 * (batch + 1))
+    assert len(jumps) >= 300 // (2 * (batch + 1))
 
 
 async def test_timers_tasks_and_a_clean_stop() -> None:
