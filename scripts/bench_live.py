@@ -158,12 +158,12 @@ async def ingest_paced(
                      stream: StreamId) -> None:
         send, receive = trio.open_memory_channel[tuple[Any, float]](math.inf)
         async with trio.open_nursery() as answers:
-            answers.start_soon(settle, receive)
+            answers.start_soon(settle_in_order, receive)
             async with send, arrivals:
                 async for position, due in arrivals:
                     send.send_nowait((await supervisor.submit(stream, posts[position]), due))
 
-    async def settle(answers: trio.MemoryReceiveChannel[tuple[Any, float]]) -> None:
+    async def settle_in_order(answers: trio.MemoryReceiveChannel[tuple[Any, float]]) -> None:
         async with answers:  # a channel's posts are answered in the order they were sent
             async for request, due in answers:
                 await request.result()
