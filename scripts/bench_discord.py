@@ -47,11 +47,13 @@ from eva.discord.bot import EvaBot
 from eva.discord.process import run_bot
 from eva.live.inputs import Post, post_of
 from eva.testing.fake_anthropic import FakeMessagesAPI
-from eva.testing.fake_discord import FakeDiscord, User, snowflake_time_ms
+from eva.testing.fake_discord import FakeDiscord, Posting, User, snowflake_time_ms
 
 SAMPLE = Path(__file__).resolve().parents[2] / "shared" / "data" / "komodo-talk-general.dce.json.gz"
 ANSWER = "Here is what I remember."
 PHASE_LIMIT_S = 900.0
+PUSH_CHUNK = 16
+"""Messages the pusher hands to the fake's loop at once (each still its own dispatch)."""
 
 
 def note(text: str) -> None:
@@ -109,22 +111,28 @@ def fake_side(
     with fake.serve():
         link.send((fake.token, fake.rest_url))
         assert link.recv() == "go"
-        for i, post in enumerate(posts):
+        i = 0
+        while i < len(posts):
             # As fast as the bot takes them; Discord's REST does not slow down for the
             # gateway's traffic, so the pusher lets a REST call (Eva's reply) go first.
-            while i - durable.value >= window or fake.rest_in_flight:
+            while (room := window - (i - durable.value)) <= 0 or fake.rest_in_flight:
                 time.sleep(0.0002)
-            content = post.content[:1900] or "(attachment)"
-            mentioned: list[User] = []
-            if mention_every and i % mention_every == mention_every - 1:
-                content = f"<@{eva.id}> {content}"[:1990]
-                mentioned = [eva]
+            postings = []
+            for j in range(i, min(len(posts), i + min(room, PUSH_CHUNK))):
+                post = posts[j]
+                content = post.content[:1900] or "(attachment)"
+                mentioned: list[User] = []
+                if mention_every and j % mention_every == mention_every - 1:
+                    content = f"<@{eva.id}> {content}"[:1990]
+                    mentioned = [eva]
+                postings.append(Posting(guild.id, channels[j % len(channels)],
+                                        users[post.author_id], content, mentioned))
             started = time.perf_counter()  # CLOCK_MONOTONIC: comparable across processes
-            message = fake.post_message(guild.id, channels[i % len(channels)],
-                                        users[post.author_id], content, mentioned)
-            sent[int(message["id"])] = started
-            if mentioned:
-                mentions.append(int(message["id"]))
+            for posting, message in zip(postings, fake.post_messages(postings), strict=True):
+                sent[int(message["id"])] = started  # the chunk's start: no later than its own
+                if posting.mentions:
+                    mentions.append(int(message["id"]))
+            i += len(postings)
         link.send((sent, mentions))
         while link.recv() == "replies?":
             replies = [

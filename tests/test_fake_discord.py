@@ -27,6 +27,7 @@ from eva.testing.fake_discord import (
     FakeDiscord,
     GatewayCompressor,
     Guild,
+    Posting,
     User,
     shard_of,
     wait_until,
@@ -213,6 +214,39 @@ def test_edit_delete_and_bulk_delete_arrive(world: tuple[FakeDiscord, Guild, Use
 
     run(scenario)
     assert fake.channel_messages(guild.general.id) == []
+
+
+def test_messages_posted_together_arrive_in_order_as_if_posted_one_by_one(
+    world: tuple[FakeDiscord, Guild, User],
+) -> None:
+    fake, guild, alice = world
+    bob = fake.add_user("bob")
+
+    async def scenario() -> None:
+        async with running_bot(fake) as (_bot, events):
+            alone = fake.post_message(guild.id, guild.general.id, alice, "first")
+            together = fake.post_messages([
+                Posting(guild.id, guild.general.id, bob, "second"),
+                Posting(guild.id, guild.thread.id, alice, "third"),
+                Posting(guild.id, guild.general.id, bob, "fourth", referenced_message=alone),
+            ])
+            await events.wait(hikari.GuildMessageCreateEvent, lambda e: e.content == "fourth")
+            created = events.of(hikari.GuildMessageCreateEvent)
+            assert [e.content for e in created] == ["first", "second", "third", "fourth"]
+            assert [e.message_id for e in created[1:]] == [int(m["id"]) for m in together]
+            assert [e.author_id for e in created] == [alice.id, bob.id, alice.id, bob.id]
+            assert created[2].channel_id == guild.thread.id
+            assert created[3].message.referenced_message is not None
+            assert created[3].message.referenced_message.id == int(alone["id"])
+            sent = fake.frames(direction="out")
+            seqs = [f.payload["s"] for f in sent if f.payload.get("t") == "MESSAGE_CREATE"]
+            assert len(seqs) == 4
+            assert seqs == list(range(seqs[0], seqs[0] + 4))
+
+    run(scenario)
+    assert [m["content"] for m in fake.channel_messages(guild.general.id)] == [
+        "first", "second", "fourth"
+    ]
 
 
 def test_slash_command_gets_an_ephemeral_answer_and_a_followup(

@@ -48,7 +48,7 @@ import zlib
 from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from aiohttp import BodyPartReader, WSMsgType, web
 
@@ -435,6 +435,17 @@ class _Session:
         return shard_of(guild_id, self.shard[1]) == self.shard[0]
 
 
+class Posting(NamedTuple):
+    """One message a user posts (see `FakeDiscord.post_messages`)."""
+
+    guild_id: int
+    channel_id: int
+    author: User
+    content: str
+    mentions: Sequence[User] = ()
+    referenced_message: JSON | None = None
+
+
 class _Snowflakes:
     """Unique, increasing snowflakes from the clock; optionally landing on a given shard."""
 
@@ -638,19 +649,23 @@ class FakeDiscord:
         referenced_message: JSON | None = None,
     ) -> JSON:
         """A user posts: MESSAGE_CREATE to the owning shard. Returns the message (gateway form)."""
+        posting = Posting(guild_id, channel_id, author, content, mentions, referenced_message)
+        return self.post_messages([posting])[0]
 
-        async def go() -> JSON:
-            msg = self._new_message(
-                guild_id,
-                channel_id,
-                author,
-                content,
-                mentions=mentions,
-                reference=referenced_message,
-            )
-            self._store(msg)
-            await self._dispatch(guild_id, "MESSAGE_CREATE", msg)
-            return msg
+    def post_messages(self, postings: Sequence[Posting]) -> list[JSON]:
+        """Users post one after the other, as `post_message` does each, in one call to the
+        fake's loop (a pusher that posts many spends less on handing each over)."""
+
+        async def go() -> list[JSON]:
+            posted = []
+            for guild_id, channel_id, author, content, mentions, reference in postings:
+                msg = self._new_message(
+                    guild_id, channel_id, author, content, mentions=mentions, reference=reference
+                )
+                self._store(msg)
+                await self._dispatch(guild_id, "MESSAGE_CREATE", msg)
+                posted.append(msg)
+            return posted
 
         return self._call(go)
 
