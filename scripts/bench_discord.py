@@ -4,8 +4,9 @@ The real hikari client (under trio-asyncio) connects to the fake Discord on loop
 runs with its pusher in a child process, and the fake Messages API in another (each with its
 own GIL, as Discord's and Anthropic's servers would be); the pusher posts
 the sample's 45,707 messages (read in place, never copied) as their authors, as fast as the
-bot takes them (at most --window messages sent and not yet durable; the bot process's CPU
-time per message is the steadier figure on a shared machine), and every
+bot takes them (at most --window messages sent and not yet durable, handed to the fake's loop
+PUSH_CHUNK at a time; the bot process's CPU time per message is the steadier figure on a
+shared machine), and every
 --mention-every-th message mentions Eva (mention-to-reply counts from the fake sending it to
 the fake receiving the reply, so it includes the wait behind the window; the "durable" one
 counts from the mention being stored, and is below zero when Eva answered before her store
