@@ -8,7 +8,8 @@ bot takes them (at most --window messages sent and not yet durable, handed to th
 PUSH_CHUNK at a time; the bot process's CPU time per message is the steadier figure on a
 shared machine), and every
 --mention-every-th message mentions Eva (mention-to-reply counts from the fake sending it to
-the fake receiving the reply, so it includes the wait behind the window; the "durable" one
+the fake receiving the reply, so it includes the wait behind the window; "apart from model"
+takes off the time the reply's model calls took, as Eva's SDK client saw it; the "durable" one
 counts from the mention being stored, and is below zero when Eva answered before her store
 acknowledged it, as she does when only messages wait ahead of it). The fake Messages API
 answers at once; lines are written offline. Two phases: the sample in its one channel as it
@@ -224,6 +225,7 @@ async def phase(limit: int, channel_count: int, mention_every: int, window: int,
                     break
                 await trio.sleep(0.05)
         stats = eva.supervisor.statistics()
+        model_s = dict(eva.answerer.model_seconds)  # by question: the reply's model call time
         eva.stop()
     link.send("done")
     fake_ok = await trio.to_thread.run_sync(link.recv)
@@ -234,6 +236,8 @@ async def phase(limit: int, channel_count: int, mention_every: int, window: int,
     # Each snowflake carries the fake's clock (ms) when the fake made the message.
     reply_ms = [snowflake_time_ms(reply) - snowflake_time_ms(question)
                 for reply, question in replies]
+    apart_ms = [snowflake_time_ms(reply) - snowflake_time_ms(question) - model_s[question] * 1000
+                for reply, question in replies if question in model_s]
     stored_ms = [snowflake_time_ms(reply) - durable.wall_ms[question]
                  for reply, question in replies if question in durable.wall_ms]
     latencies = [durable.at[m] - sent[m] for m in sent if m in durable.at]
@@ -251,6 +255,9 @@ async def phase(limit: int, channel_count: int, mention_every: int, window: int,
         "model_requests": model_requests,
         "p50_ms_mention_to_reply": p50_ms([ms / 1000 for ms in reply_ms]),
         "p99_ms_mention_to_reply": p99_ms([ms / 1000 for ms in reply_ms]),
+        "p99_ms_mention_to_reply_apart_from_model": p99_ms([ms / 1000 for ms in apart_ms]),
+        "p50_ms_model_call": p50_ms(list(model_s.values())),
+        "p99_ms_model_call": p99_ms(list(model_s.values())),
         "p99_ms_durable_mention_to_reply": p99_ms([ms / 1000 for ms in stored_ms]),
         "slowest_ms_mention_to_reply": sorted(reply_ms)[-5:],
         "commits": stats.commits,
@@ -283,6 +290,7 @@ def main() -> int:
         "p99_ms_gateway_to_durable": one["p99_ms_gateway_to_durable"],
         "replies": one["replies"],
         "p99_ms_mention_to_reply": one["p99_ms_mention_to_reply"],
+        "p99_ms_mention_to_reply_apart_from_model": one["p99_ms_mention_to_reply_apart_from_model"],
         "p99_ms_durable_mention_to_reply": one["p99_ms_durable_mention_to_reply"],
         "one_channel": one,
         f"{args.channels}_channels": many,

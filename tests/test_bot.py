@@ -159,7 +159,7 @@ async def test_a_mention_and_a_reply_to_eva_are_answered_from_memory(
     general = guild.general
     data = tmp_path / "data"
     stream = StreamId(guild.id, general.id)
-    async with eva_running(fake, data, model):
+    async with eva_running(fake, data, model) as bot:
         fake.post_message(guild.id, general.id, alice, "we named the boat Marigold yesterday")
         question = fake.post_message(
             guild.id, general.id, bob, f"{mention(eva_user)} what is the boat called? @everyone",
@@ -175,8 +175,12 @@ async def test_a_mention_and_a_reply_to_eva_are_answered_from_memory(
         replies = await until(lambda: len(fake.bot_messages(general.id)) == 2
                               and fake.bot_messages(general.id))
         await until(lambda: len(contents(store, stream)) == 5)
+        waited = dict(bot.answerer.model_seconds)
 
     assert reply["content"] == ANSWER
+    # Each answer noted how long it waited on the model, by the question it answered.
+    assert list(waited) == [int(question["id"]), int(replies[1]["message_reference"]["message_id"])]
+    assert all(seconds > 0 for seconds in waited.values())
     assert reply["message_reference"]["message_id"] == question["id"]
     assert replies[1]["message_reference"]["message_id"] != question["id"]
     posts = fake.requests("POST", "/channels/*/messages")

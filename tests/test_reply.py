@@ -8,6 +8,7 @@ model: its `answer` sees each request body and chooses tool uses or text.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -431,6 +432,29 @@ async def test_tool_rounds_are_limited_then_answered(tmp_path: Path, fake: FakeM
         assert stubborn.text == EMPTY_ANSWER_TEXT
         assert stubborn.tool_calls == 2
         assert len(events_of(store, A, ReplyWritten)) == 2
+
+
+async def test_a_reply_reports_the_time_it_waited_on_the_model(
+    tmp_path: Path, fake: FakeMessagesAPI
+) -> None:
+    settings = msgspec_replace(MODEL, tool_rounds=1)
+    took = 0.06
+
+    def slow(body: JSON) -> str | list[JSON]:
+        time.sleep(took)  # the fake's server thread: the client waits this long for each reply
+        if body.get("tool_choice") == {"type": "none"}:
+            return "Found it."
+        return [tool_use("zoom", {"address": "0+1"}, len(body["messages"]))]
+
+    async with eva(tmp_path, A) as (_, supervisor):
+        fake.answer = slow
+        started = time.perf_counter()
+        outcome = await ask_eva(supervisor, A, fake, 1, settings=settings)
+        whole = time.perf_counter() - started
+    assert len(fake.message_requests()) == 2
+    assert outcome.text == "Found it."
+    # Both calls counted, and nothing that came before or after them.
+    assert 2 * took <= outcome.model_seconds <= whole
 
 
 # -- the monthly quota ------------------------------------------------------------------

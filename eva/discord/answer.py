@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Sequence
 from functools import partial
 
@@ -31,6 +32,8 @@ log = logging.getLogger(__name__)
 
 TYPING_EVERY_S = 8.0
 TYPING_TIMEOUT_S = 5.0
+RECENT_ANSWERS = 1024
+"""Answers whose model time `Answerer.model_seconds` keeps."""
 
 
 class Answerer:
@@ -55,6 +58,8 @@ class Answerer:
         self.eva_id = eva_id
         self.eva_name = "Eva"
         self.replies_sent = 0
+        # The latest questions answered with the model, and how long each waited on it.
+        self.model_seconds: deque[tuple[int, float]] = deque(maxlen=RECENT_ANSWERS)
 
     async def answer(self, stream: StreamId, question: Post, ahead: Sequence[Post] = ()) -> None:
         """Think (typing shown meanwhile), then post the answer as a reply to the question.
@@ -115,6 +120,7 @@ class Answerer:
             record=False,
             ahead=ahead,
         )
+        self.model_seconds.append((question.message_id, outcome.model_seconds))
         return outcome.text, outcome.unrecorded
 
     async def _post_reply(self, channel_id: int, question: Post, text: str) -> None:

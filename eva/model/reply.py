@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
@@ -77,6 +78,7 @@ class ReplyOutcome:
     refused: bool = False  # the guild's replies for the month were used up; no model call
     failed: bool = False  # the model did not answer; `text` is an apology, nothing recorded
     unrecorded: ReplyWritten | None = None  # the record for the caller to append, if asked to
+    model_seconds: float = 0.0  # wall time spent waiting on the model, retries included
 
 
 class _ModelFailed(Exception):
@@ -387,6 +389,7 @@ async def write_reply(
     tool_calls = 0
     model = settings.reply_model
     answer = ""
+    waited = 0.0
     try:
         for round_number in range(settings.tool_rounds + 1):
             last = round_number == settings.tool_rounds
@@ -405,7 +408,11 @@ async def write_reply(
                     messages=sent,
                 )
 
-            response = await _call(create, settings, f"reply in {stream}")
+            asked = time.perf_counter()
+            try:
+                response = await _call(create, settings, f"reply in {stream}")
+            finally:
+                waited += time.perf_counter() - asked
             usage = _add(usage, response)
             model = response.model or model
             answer = "".join(b.text for b in response.content if isinstance(b, TextBlock))
@@ -442,6 +449,7 @@ async def write_reply(
             usage=usage,
             quota_left=max(limit - used, 0),
             failed=True,
+            model_seconds=waited,
         )
 
     text = answer.strip() or EMPTY_ANSWER_TEXT
@@ -457,11 +465,18 @@ async def write_reply(
     if not record:
         left = max(limit - used - 1, 0)
         return ReplyOutcome(
-            text=text, tool_calls=tool_calls, usage=usage, quota_left=left, unrecorded=reply
+            text=text,
+            tool_calls=tool_calls,
+            usage=usage,
+            quota_left=left,
+            unrecorded=reply,
+            model_seconds=waited,
         )
     await supervisor.ask(stream, RecordReply(reply=reply))
     left = max(limit - guild_replies(store, stream.guild_id, month), 0)
-    return ReplyOutcome(text=text, tool_calls=tool_calls, usage=usage, quota_left=left)
+    return ReplyOutcome(
+        text=text, tool_calls=tool_calls, usage=usage, quota_left=left, model_seconds=waited
+    )
 
 
 def _assistant_blocks(response: Message) -> list[TextBlockParam | ToolUseBlockParam]:
