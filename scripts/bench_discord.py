@@ -236,8 +236,8 @@ async def phase(limit: int, channel_count: int, mention_every: int, window: int,
     # Each snowflake carries the fake's clock (ms) when the fake made the message.
     reply_ms = [snowflake_time_ms(reply) - snowflake_time_ms(question)
                 for reply, question in replies]
-    apart_ms = [snowflake_time_ms(reply) - snowflake_time_ms(question) - model_s[question] * 1000
-                for reply, question in replies if question in model_s]
+    apart_ms = [ms - model_s[question] * 1000
+                for ms, (_, question) in zip(reply_ms, replies, strict=True) if question in model_s]
     stored_ms = [snowflake_time_ms(reply) - durable.wall_ms[question]
                  for reply, question in replies if question in durable.wall_ms]
     latencies = [durable.at[m] - sent[m] for m in sent if m in durable.at]
