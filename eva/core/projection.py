@@ -105,6 +105,9 @@ class Projector:
         # Texts of the open chunk's messages posted or edited in this
         # transaction (None once erased), so filling a chunk reads few events.
         self._open_texts: dict[StreamId, dict[int, str | None]] = {}
+        # Whether each line looked up or written in this transaction exists, by key: a
+        # merge, its halves and their siblings are asked about again and again.
+        self._lines: dict[bytes, bool] = {}
 
     def meta(self, stream: StreamId) -> StreamMeta:
         """The stream's record as it stands in this transaction (new if unknown)."""
@@ -407,7 +410,9 @@ class Projector:
             left, right = (start, size // 2), (start + size // 2, size // 2)
             if not (self._has_line(stream, *left) and self._has_line(stream, *right)):
                 raise Rejected(f"{stream}: line {start}+{size} is written before its halves")
-        tables.put("lines", keys.line_key(stream, start, size), encode_record(LineSlot(seq)))
+        line_key = keys.line_key(stream, start, size)
+        tables.put("lines", line_key, encode_record(LineSlot(seq)))
+        self._lines[line_key] = True
         meta.lines += 1
         if meta.stale:  # with no stale line in the stream, none can be stale now
             self._restale(stream, meta, start, size)
@@ -447,7 +452,11 @@ class Projector:
             meta.stale -= 1
 
     def _has_line(self, stream: StreamId, start: int, size: int) -> bool:
-        return self._tables.get("lines", keys.line_key(stream, start, size)) is not None
+        key = keys.line_key(stream, start, size)
+        known = self._lines.get(key)
+        if known is None:
+            known = self._lines[key] = self._tables.get("lines", key) is not None
+        return known
 
     def _row(self, stream: StreamId, meta: StreamMeta, event: RowPublished) -> None:
         covered = 0
