@@ -416,7 +416,11 @@ class Projector:
         meta.lines += 1
         if meta.stale:  # with no stale line in the stream, none can be stale now
             self._restale(stream, meta, start, size)
-        if meta.ready and tables.get("ready", keys.ready_key(stream, start, size)) is not None:
+        if (  # only merges are ever ready
+            size > 1
+            and meta.ready
+            and tables.get("ready", keys.ready_key(stream, start, size)) is not None
+        ):
             tables.delete("ready", keys.ready_key(stream, start, size))
             meta.ready -= 1
         parent_size = size * 2
