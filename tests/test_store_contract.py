@@ -292,6 +292,21 @@ class StoreContract:
         assert meta.lines == 8
         assert_replays(store)
 
+    def test_lines_of_one_level_in_a_range(self, store: EventStore) -> None:
+        store.append(A, [posted(i) for i in range(6)])
+        store.append(A, [line(0, 1, "leaf 0"), line(1, 1), line(0, 2), line(3, 1, "leaf 3")])
+        store.append(B, [posted(i) for i in range(3)])
+        store.append(B, [line(1, 1, "leaf of B")])
+        leaves = store.lines_of_level(A, 1, 1, 5)
+        assert {address: found.text for address, found in leaves.items()} == {
+            (1, 1): "a line",
+            (3, 1): "leaf 3",
+        }
+        assert store.lines_of_level(A, 2, 0, 4) == {(0, 2): line(0, 2)}
+        assert store.lines_of_level(A, 1, 4, 6) == {}
+        assert store.lines_of_level(A, 1, 3, 3) == {}
+        assert list(store.lines_of_level(B, 1, 0, 3)) == [(1, 1)]
+
     def test_line_at_the_limit_fits(self, store: EventStore) -> None:
         text = "é" * (LINE_LIMIT_BYTES // 2)
         store.append(A, [posted(0), line(0, 1, text)])

@@ -93,6 +93,19 @@ class Run:
     def _seen(self, address: Address) -> bool:
         return address in self.written or address in self.read or address in self.absent
 
+    def prefetch_leaves(self, start: int, stop: int) -> None:
+        """Read the leaves of messages start..stop-1 in one range read; the rest are absent."""
+        found = self.store.lines_of_level(self.stream, 1, start, stop)
+        for index in range(start, stop):
+            address = Address(index, 1)
+            if self._seen(address):
+                continue
+            line = found.get(address)
+            if line is None:
+                self.absent.add(address)
+            else:
+                self.read[address] = line
+
     def prefetch(self, addresses: Iterable[Address]) -> None:
         """Read the lines at `addresses` that this run has not seen yet, in one transaction."""
         wanted = [address for address in dict.fromkeys(addresses) if not self._seen(address)]
@@ -210,7 +223,7 @@ async def _leaves(run: Run, upto: int) -> tuple[list[Task], list[LineWritten]]:
     if meta is None:
         return [], []
     stop = min(upto, meta.messages)
-    run.prefetch(Address(index, 1) for index in range(meta.leaf_frontier, stop))
+    run.prefetch_leaves(meta.leaf_frontier, stop)
     lines: list[LineWritten] = []
     tasks: list[Task] = []
     for count, (index, message) in enumerate(

@@ -197,6 +197,20 @@ class EventStore:
                     found[start, size] = line
         return found
 
+    def lines_of_level(
+        self, stream: StreamId, size: int, start: int, stop: int
+    ) -> dict[tuple[int, int], LineWritten]:
+        """The lines of one size written from `start` to before `stop`, in one range read
+        (a level's lines sit together, so the absent ones cost nothing)."""
+        found: dict[tuple[int, int], LineWritten] = {}
+        with self.backend.reading() as tables:
+            slots = tables.scan(
+                "lines", keys.line_key(stream, start, size), keys.line_key(stream, stop, size)
+            )
+            for key, data in slots:
+                found[keys.address_of_line_key(key)] = _line_of(tables, stream, data)
+        return found
+
     def messages(
         self, stream: StreamId, start: int, stop: int
     ) -> list[tuple[int, StoredMessage]]:
@@ -281,9 +295,12 @@ def _message_of(tables: Tables, stream: StreamId, slot: MessageSlot) -> StoredMe
 def read_line(tables: Tables, stream: StreamId, start: int, size: int) -> LineWritten | None:
     """A line by address inside an open transaction."""
     data = tables.get("lines", keys.line_key(stream, start, size))
-    if data is None:
-        return None
-    line_data = tables.get("events", keys.event_key(stream, decode_line_slot(data).seq))
+    return None if data is None else _line_of(tables, stream, data)
+
+
+def _line_of(tables: Tables, stream: StreamId, slot_data: bytes) -> LineWritten:
+    """The line event a line slot points at."""
+    line_data = tables.get("events", keys.event_key(stream, decode_line_slot(slot_data).seq))
     assert line_data is not None
     line = decode_event(line_data)
     assert isinstance(line, LineWritten)
