@@ -416,13 +416,11 @@ class Projector:
         meta.lines += 1
         if meta.stale:  # with no stale line in the stream, none can be stale now
             self._restale(stream, meta, start, size)
-        if (  # only merges are ever ready
-            size > 1
-            and meta.ready
-            and tables.get("ready", keys.ready_key(stream, start, size)) is not None
-        ):
-            tables.delete("ready", keys.ready_key(stream, start, size))
-            meta.ready -= 1
+        if size > 1 and meta.ready:  # only merges are ever ready
+            ready_key = keys.ready_key(stream, start, size)
+            if tables.get("ready", ready_key) is not None:
+                tables.delete("ready", ready_key)
+                meta.ready -= 1
         parent_size = size * 2
         parent_start = start - start % parent_size
         sibling_start = start ^ size
