@@ -253,6 +253,37 @@ async def test_edits_are_recorded_and_deletes_become_erased_slots(
             assert b"swordfish" not in raw and b"monday" not in raw
 
 
+async def test_message_events_keep_discords_order_and_a_malformed_one_is_left_out(
+    fake: FakeDiscord, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    guild, alice, bob, _eva = world(fake)
+    general = guild.general
+    stream = StreamId(guild.id, general.id)
+    data = tmp_path / "data"
+    async with eva_running(fake, data):
+        first = fake.post_message(guild.id, general.id, alice, "draft")
+        # A create without an author is left out with a warning; the events after it
+        # still reach the log in Discord's order.
+        broken = {**first, "id": str(int(first["id"]) + 1)}
+        del broken["author"]
+        fake.dispatch(guild.id, "MESSAGE_CREATE", broken)
+        fake.edit_message(first, "final")
+        fake.post_message(guild.id, general.id, bob, "after the edit")
+        fake.delete_message(first)
+        fake.post_message(guild.id, general.id, bob, "after the delete")
+        store = store_of(data)
+        await until(lambda: texts(store, stream) == ["after the edit", "after the delete"])
+    kinds = [type(event).__name__ for _, event in store.events(stream)]
+    assert [k for k in kinds if k in {"MessagePosted", "MessageEdited", "MessageDeleted"}] == [
+        "MessagePosted",
+        "MessageEdited",
+        "MessagePosted",
+        "MessageDeleted",
+        "MessagePosted",
+    ]
+    assert any("MESSAGE_CREATE event from Discord was left out" in r.message for r in caplog.records)
+
+
 # -- shards -------------------------------------------------------------------------------
 
 

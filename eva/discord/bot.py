@@ -5,11 +5,12 @@
 # `aio_as_trio`; never `bot.run()`. It may not know the memory's rules: it turns gateway
 # events into inputs with eva.discord.mapping and hands them to `Supervisor.ask`.
 #
-# Ordering: hikari consumes a gateway payload synchronously and starts one asyncio task per
-# listener, in the order the payloads arrived, and each of those tasks' first step runs in
-# creation order. Our listeners never await before they enqueue: their first step maps the
-# event and puts it on its channel's *lane* (eva.discord.lanes), so each lane holds its
-# channel's events in Discord's order. One trio task per lane submits them to the actor in
+# Ordering: message events (created, edited, deleted, bulk-deleted) are taken from the
+# gateway's raw payloads as the shard consumes them, before hikari's event manager sees
+# them: each is mapped and put on its channel's *lane* (eva.discord.lanes) at once, with no
+# asyncio task or hikari event made for it (those cost more than storing a message), so
+# each lane holds its channel's events in Discord's order. hikari's own listeners serve
+# the rest (ready, guilds, interactions). One trio task per lane submits them to the actor in
 # that order (the messages that arrived together before their answers are awaited, so the
 # actor stores them in one commit), so a channel's messages reach its actor (and the log)
 # in the order Discord sent them. Lanes of different channels run side by side. Backfill
@@ -34,12 +35,12 @@ import base64
 import contextlib
 import importlib
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from types import ModuleType
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import anthropic
 import hikari
@@ -128,6 +129,39 @@ def _commands() -> ModuleType | None:
         return None
 
 
+MESSAGE_EVENTS = frozenset(
+    {"MESSAGE_CREATE", "MESSAGE_UPDATE", "MESSAGE_DELETE", "MESSAGE_DELETE_BULK"}
+)
+"""The gateway events Eva takes from raw payloads, before hikari's event manager."""
+
+MessageEventHandler = Callable[[str, hikari.api.GatewayShard, Mapping[str, Any]], None]
+
+
+def _take_message_events(manager: hikari.api.EventManager, handler: MessageEventHandler) -> None:
+    """Route the gateway's message events to `handler`, synchronously and in arrival order.
+
+    The shards hand every payload to the manager's `consume_raw_event` (hikari's API for
+    raw events). This manager becomes an instance of a subclass of its own class that
+    overrides it: message events skip hikari's events and listener tasks (no hikari
+    listener of them is registered and no message is cached, so nothing else wants them),
+    and every other event goes on to hikari as before.
+    """
+    base = type(manager)
+
+    class MessageTakingEventManager(base):  # type: ignore[valid-type,misc]
+        __slots__ = ()
+
+        def consume_raw_event(
+            self, name: str, shard: hikari.api.GatewayShard, payload: dict[str, Any]
+        ) -> None:
+            if name in MESSAGE_EVENTS:
+                handler(name, shard, payload)
+            else:
+                super().consume_raw_event(name, shard, payload)
+
+    manager.__class__ = MessageTakingEventManager
+
+
 class EvaBot:
     """One process's bot: hikari's events in, the actors' answers and Eva's replies out."""
 
@@ -184,13 +218,10 @@ class EvaBot:
             (hikari.ShardReadyEvent, self._on_ready),
             (hikari.GuildAvailableEvent, self._on_guild_available),
             (hikari.GuildJoinEvent, self._on_guild_join),
-            (hikari.ShardPayloadEvent, self._on_payload),
-            (hikari.GuildMessageUpdateEvent, self._on_update),
-            (hikari.GuildMessageDeleteEvent, self._on_delete),
-            (hikari.GuildBulkMessageDeleteEvent, self._on_bulk_delete),
             (hikari.InteractionCreateEvent, self._on_interaction),
         ):
             bot.subscribe(kind, listener)
+        _take_message_events(bot.event_manager, self._on_message_event)
 
     # -- running --------------------------------------------------------------------
 
@@ -249,27 +280,42 @@ class EvaBot:
         if self._ready.is_set():
             await run_trio(lambda: self._register_commands([int(event.guild_id)]))
 
-    async def _on_payload(self, event: hikari.ShardPayloadEvent) -> None:
-        """A message created: read from the raw payload (hikari's models cost more than
-        storing it), queued on its lane before this returns, like every listener here."""
-        if event.name != "MESSAGE_CREATE":
-            return
-        payload = event.payload
+    def _on_message_event(
+        self, name: str, shard: hikari.api.GatewayShard, payload: Mapping[str, Any]
+    ) -> None:
+        """A message event from the gateway, mapped and queued on its lane before this returns."""
         try:
-            post = chat_post(payload, self.eva_id, self.eva_name)
-            if post is None:
-                return
-            asks = asks_eva(payload, self.eva_id)
-            stream = stream_of(payload["guild_id"], payload["channel_id"])
-        except (PayloadError, KeyError, ValueError, TypeError) as error:
-            log.warning("a message from Discord was left out: %s", error)
+            if name == "MESSAGE_CREATE":
+                self._take_created(payload)
+            elif name == "MESSAGE_UPDATE":
+                self._take_edited(shard, payload)
+            elif payload.get("guild_id") is not None:  # a deletion: direct messages are not kept
+                ids = payload["ids"] if name == "MESSAGE_DELETE_BULK" else [payload["id"]]
+                delete = delete_of([int(i) for i in ids], wall_clock_ms())
+                self._enqueue(stream_of(payload["guild_id"], payload["channel_id"]), Change(delete))
+        except (PayloadError, KeyError, ValueError, TypeError, AttributeError) as error:
+            log.warning("a %s event from Discord was left out: %r", name, error)
+
+    def _take_created(self, payload: Mapping[str, Any]) -> None:
+        """A message created: read from the raw payload (hikari's models cost more than
+        storing it)."""
+        post = chat_post(payload, self.eva_id, self.eva_name)
+        if post is None:
             return
+        asks = asks_eva(payload, self.eva_id)
+        stream = stream_of(payload["guild_id"], payload["channel_id"])
         if asks:
             self._take_question(stream, post)
         else:
             self._enqueue(stream, Ingest(post))
 
-    async def _on_update(self, event: hikari.GuildMessageUpdateEvent) -> None:
+    def _take_edited(self, shard: hikari.api.GatewayShard, payload: Mapping[str, Any]) -> None:
+        """A message edited, read through hikari's models as its listeners would get it."""
+        if payload.get("guild_id") is None:
+            return
+        event = self.bot.event_factory.deserialize_message_update_event(
+            shard, dict(payload), old_message=None
+        )
         message = event.message
         if not isinstance(message.content, str):
             return
@@ -286,15 +332,7 @@ class EvaBot:
             attachment_filenames=files,
             mention_names=names,
         )
-        self._enqueue(stream_of(event.guild_id, event.channel_id), Change(edit, known))
-
-    async def _on_delete(self, event: hikari.GuildMessageDeleteEvent) -> None:
-        delete = delete_of([event.message_id], wall_clock_ms())
-        self._enqueue(stream_of(event.guild_id, event.channel_id), Change(delete))
-
-    async def _on_bulk_delete(self, event: hikari.GuildBulkMessageDeleteEvent) -> None:
-        delete = delete_of(event.message_ids, wall_clock_ms())
-        self._enqueue(stream_of(event.guild_id, event.channel_id), Change(delete))
+        self._enqueue(stream_of(payload["guild_id"], payload["channel_id"]), Change(edit, known))
 
     async def _on_interaction(self, event: hikari.InteractionCreateEvent) -> None:
         commands = _commands()
