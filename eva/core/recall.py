@@ -127,12 +127,15 @@ def _with_hit(windows: list[_Window], new: _Window) -> list[_Window]:
     return [window for _, window in ranked]
 
 
-def _render(query: str, windows: list[tuple[RecallLine, ...]], total: int, more: int) -> str:
-    if not windows:
+def _window_text(lines: tuple[RecallLine, ...]) -> str:
+    return "\n".join(render_shown(message) for message in lines)
+
+
+def _render(query: str, texts: list[str], hits: int, total: int, more: int) -> str:
+    """The answer's text from its windows' texts and how many hits they show."""
+    if not texts:
         return f'No messages match "{query}".'
-    shown_hits = sum(message.hit for window in windows for message in window)
-    parts = [f'{total} messages match "{query}"; the best {shown_hits}, with context:']
-    parts.extend("\n".join(render_shown(message) for message in window) for window in windows)
+    parts = [f'{total} messages match "{query}"; the best {hits}, with context:', *texts]
     if more:
         parts.append(f"... {more} more hits; refine the words")
     return "\n\n".join(parts)
@@ -149,7 +152,8 @@ def recall_view(
 ) -> RecallView:
     """Recall's answer as data: the hits that fit `cap_bytes` as text, with their context."""
     windows: list[_Window] = []
-    shown: list[tuple[RecallLine, ...]] = []
+    shown: list[tuple[RecallLine, ...]] = []  # each window's lines
+    texts: list[str] = []  # and its text
     shown_hits = 0
     for index, _score in result.hits:
         hit = _visible(message_at, index)
@@ -162,11 +166,19 @@ def recall_view(
         ]
         new = _Window({message.index: message for message in around}, frozenset((index,)))
         grown = _with_hit(windows, new)
-        rendered = [window.shown(tz) for window in grown]
+        # Only the window the hit went into is new; the others keep their lines.
+        before = {id(window): place for place, window in enumerate(windows)}
+        grown_shown, grown_texts = [], []
+        for window in grown:
+            place = before.get(id(window))
+            lines = window.shown(tz) if place is None else shown[place]
+            grown_shown.append(lines)
+            grown_texts.append(_window_text(lines) if place is None else texts[place])
         more = result.total - shown_hits - 1
-        if utf8_size(_render(query, rendered, result.total, more)) > cap_bytes:
+        text = _render(query, grown_texts, shown_hits + 1, result.total, more)
+        if utf8_size(text) > cap_bytes:
             break
-        windows, shown, shown_hits = grown, rendered, shown_hits + 1
+        windows, shown, texts, shown_hits = grown, grown_shown, grown_texts, shown_hits + 1
     return RecallView(
         query=query,
         total=result.total,
@@ -199,4 +211,6 @@ def render_view(view: RecallView, cap_bytes: int) -> str:
     """The text form of a recall answer already worked out."""
     if not view.windows and view.total:
         return f'{view.total} messages match "{view.query}", but none fit in {cap_bytes} bytes.'
-    return _render(view.query, list(view.windows), view.total, view.more)
+    texts = [_window_text(lines) for lines in view.windows]
+    hits = sum(message.hit for lines in view.windows for message in lines)
+    return _render(view.query, texts, hits, view.total, view.more)

@@ -22,7 +22,7 @@ import math
 import struct
 import sys
 from array import array
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Final
 import msgspec
 
 from eva.core.keys import StreamId, Table, stream_prefix
-from eva.core.terms import term_bytes, terms
+from eva.core.terms import term_bytes
 
 if TYPE_CHECKING:  # the projector imports this module
     from eva.core.projection import Tables
@@ -55,6 +55,7 @@ _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
 _SWAP: Final = sys.byteorder == "big"
 assert array("I").itemsize == 4, "totals need 4-byte array('I')"
+
 
 @dataclass(frozen=True, slots=True)
 class SearchResult:
@@ -367,10 +368,10 @@ class _Totals:
 
 
 def _read_postings(
-    tables: Tables, prefix: bytes, term: str, buckets: list[int]
+    tables: Tables, prefix: bytes, term: bytes, buckets: list[int]
 ) -> tuple[list[tuple[int, bytes]], int]:
     """A term's postings per bucket (base index, records) and its df."""
-    base = prefix + term.encode() + _TERM_END
+    base = prefix + term + _TERM_END
     found: list[tuple[int, bytes]] = []
     df = 0
     for bucket in buckets:
@@ -382,25 +383,29 @@ def _read_postings(
 
 
 def _open_postings(
-    unindexed: Iterable[tuple[int, str]],
-) -> tuple[dict[str, list[tuple[int, bytes]]], int, int]:
-    """Postings of messages not in the index yet, as the index would hold them.
+    unindexed: Iterable[tuple[int, str]], query_terms: Iterable[bytes]
+) -> tuple[dict[bytes, list[tuple[int, bytes]]], int, int]:
+    """The query terms' postings in messages not in the index yet, as the index would hold them.
 
     Returns them by term (base index, records) with the number of messages
     that have terms and their summed length. Each message is its own record.
+    Only the query's terms are counted: the others would score nothing.
     """
-    postings: dict[str, list[tuple[int, bytes]]] = defaultdict(list)
+    postings: dict[bytes, list[tuple[int, bytes]]] = {term: [] for term in query_terms}
     documents = length = 0
+    pack = _POSTING.pack
     for index, text in unindexed:
-        words = terms(text)
+        words = term_bytes(text)
         if not words:
             continue
         documents += 1
         doc_length = min(len(words), _MAX_LENGTH)
         length += doc_length
         base, offset = index - (index & _OFFSET_MASK), index & _OFFSET_MASK
-        for term, tf in Counter(words).items():
-            postings[term].append((base, _POSTING.pack(offset, doc_length, min(tf, _MAX_TF))))
+        for term, found in postings.items():
+            tf = words.count(term)
+            if tf:
+                found.append((base, pack(offset, doc_length, min(tf, _MAX_TF))))
     return postings, documents, length
 
 
@@ -429,16 +434,17 @@ def search(
     """
     prefix = stream_prefix(stream)
     length, per_bucket = _decode_totals(tables.get(POSTINGS, _totals_key(prefix)))
-    open_postings, open_documents, open_length = _open_postings(unindexed)
+    query_terms = list(dict.fromkeys(term_bytes(query)))
+    open_postings, open_documents, open_length = _open_postings(unindexed, query_terms)
     documents = sum(per_bucket) + open_documents
     length += open_length
     if documents == 0 or limit <= 0:
         return SearchResult([], 0)
     buckets = [bucket for bucket, count in enumerate(per_bucket) if count]
-    found: list[tuple[int, str, list[tuple[int, bytes]]]] = []
-    for term in dict.fromkeys(terms(query)):
+    found: list[tuple[int, bytes, list[tuple[int, bytes]]]] = []
+    for term in query_terms:
         postings, df = _read_postings(tables, prefix, term, buckets)
-        more = open_postings.get(term, [])
+        more = open_postings[term]
         postings.extend(more)
         df += len(more)
         if df:
