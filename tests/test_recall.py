@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import math
 import random
 import re
 import unicodedata
@@ -14,7 +15,8 @@ from eva.core.block import ShownMessage
 from eva.core.keys import StreamId, stream_prefix
 from eva.core.memtables import MemoryTables
 from eva.core.recall import recall_text, recall_view
-from eva.core.recall_index import BUCKET_SIZE, PostingBuffer, SearchResult, StreamTexts, search
+from eva.core.recall_index import BUCKET_SIZE, PostingBuffer, StreamTexts
+from eva.core.recall_search import SearchResult, search
 from eva.core.render import utf8_size
 from eva.core.terms import terms
 
@@ -165,6 +167,46 @@ def test_very_common_terms_still_count_in_total() -> None:
     result = search(tables, STREAM, "the zebra", 1)
     assert result.hits[0][0] == 100
     assert result.total == 2501  # 2500 with "the", plus "zebra alone"
+
+
+def plain_bm25(texts: dict[int, str], query: str, limit: int) -> SearchResult:
+    """BM25 written out message by message, as the search is defined (k1 1.2, b 0.75)."""
+    words = {index: terms(text) for index, text in texts.items() if terms(text)}
+    documents = len(words)
+    length = sum(len(found) for found in words.values())
+    scores: dict[int, float] = {}
+    query_terms = list(dict.fromkeys(terms(query)))
+    df = {term: sum(term in found for found in words.values()) for term in query_terms}
+    for term in sorted((t for t in query_terms if df[t]), key=lambda t: (df[t], t.encode())):
+        weight = math.log(1 + (documents - df[term] + 0.5) / (df[term] + 0.5)) * 2.2
+        for index, found in words.items():
+            tf = found.count(term)
+            if tf:
+                norm = tf + 1.2 * 0.25 + 1.2 * 0.75 * documents / length * len(found)
+                scores[index] = scores.get(index, 0.0) + weight * tf / norm
+    best = sorted(scores.items(), key=lambda item: (item[1], item[0]), reverse=True)
+    return SearchResult(best[:limit], len(scores))
+
+
+_WORDS = st.sampled_from(["boat", "marigold", "noon", "lunch", "the", "a", "sail", "Boat"])
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    texts=st.dictionaries(
+        st.integers(0, 3 * BUCKET_SIZE), st.lists(_WORDS, max_size=12).map(" ".join), max_size=40
+    ),
+    query=st.lists(_WORDS, min_size=1, max_size=4).map(" ".join),
+    limit=st.integers(1, 12),
+    open_from=st.integers(0, 3 * BUCKET_SIZE + 1),
+)
+def test_search_scores_as_plain_bm25(
+    texts: dict[int, str], query: str, limit: int, open_from: int
+) -> None:
+    # Messages from `open_from` on are not indexed yet; they count all the same.
+    tables = index_all({i: t for i, t in texts.items() if i < open_from})
+    unindexed = sorted((i, t) for i, t in texts.items() if i >= open_from)
+    assert search(tables, STREAM, query, limit, unindexed) == plain_bm25(texts, query, limit)
 
 
 def test_postings_across_buckets() -> None:

@@ -29,7 +29,7 @@ from eva.core.events import (
 )
 from eva.core.keys import StreamId
 from eva.core.projection import INDEX_CHUNK, Rejected, indexed_upto
-from eva.core.recall_index import search
+from eva.core.recall_search import search
 from eva.core.render import LINE_LIMIT_BYTES
 from eva.store import lmdb_kv
 from eva.store.event_store import READ_CHUNK, Appended, Batch, EventStore
@@ -392,7 +392,7 @@ class StoreContract:
     ) -> None:
         def indexed(query: str) -> list[int]:
             with store.backend.reading() as tables:
-                return sorted(index for index, _ in search(tables, A, query, 100).hits)
+                return sorted(index for index, _ in search(tables, A, query, 1000).hits)
 
         def postings() -> list[bytes]:
             prefix = keys.stream_prefix(A)

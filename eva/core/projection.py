@@ -58,7 +58,7 @@ class Tables(Protocol):
         ...
 
 
-INDEX_CHUNK = 64
+INDEX_CHUNK = 512
 """Messages enter the recall index in whole chunks of this many, when a chunk fills.
 
 Indexing a chunk at once writes each of its words' keys once, not once per

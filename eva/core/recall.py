@@ -15,7 +15,7 @@ from datetime import UTC, tzinfo
 import msgspec
 
 from eva.core.block import ShownMessage, local_minute
-from eva.core.recall_index import SearchResult
+from eva.core.recall_search import SearchResult
 from eva.core.render import cut_to_bytes, flatten_line_breaks, render_message, utf8_size
 
 MESSAGE_BYTES = 300

@@ -1,4 +1,5 @@
 # The word index behind `recall`: a projection kept in the "postings" table.
+# (eva.core.recall_search searches it.)
 #
 # Pure: it reads and writes through the `Tables` protocol; it knows no file,
 # clock or lock, and it does not know what a message is, only (index, text).
@@ -17,8 +18,6 @@
 # removed message leaves no trace of its words in keys or values.
 from __future__ import annotations
 
-import heapq
-import math
 import struct
 import sys
 from array import array
@@ -38,11 +37,6 @@ if TYPE_CHECKING:  # the projector imports this module
 POSTINGS: Final[Table] = "postings"
 BUCKET_BITS: Final = 12
 BUCKET_SIZE: Final = 1 << BUCKET_BITS
-# A term in more messages than this is scored only for messages that rarer
-# query terms already found, once those are at least `limit` (see `search`).
-COMMON_DF: Final = 2000
-K1: Final = 1.2
-B: Final = 0.75
 
 _MAX_TF: Final = 0xFF
 _MAX_LENGTH: Final = 0xFFFF
@@ -50,19 +44,12 @@ _OFFSET_MASK: Final = BUCKET_SIZE - 1
 _TERM_END: Final = b"\x00"
 _TOTALS_SUFFIX: Final = b"\x00"
 _POSTING = struct.Struct("<HHB")  # offset, document length, term frequency
+POSTING_SIZE: Final = _POSTING.size
 _OFFSET = struct.Struct("<H")
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
 _SWAP: Final = sys.byteorder == "big"
 assert array("I").itemsize == 4, "totals need 4-byte array('I')"
-
-
-@dataclass(frozen=True, slots=True)
-class SearchResult:
-    """The best hits, (index, score) from best to worst, and how many messages matched."""
-
-    hits: list[tuple[int, float]]
-    total: int
 
 
 def _totals_key(prefix: bytes) -> bytes:
@@ -367,10 +354,15 @@ class _Totals:
             tables.delete(POSTINGS, _totals_key(prefix))
 
 
-def _read_postings(
-    tables: Tables, prefix: bytes, term: bytes, buckets: list[int]
+def read_totals(tables: Tables, prefix: bytes) -> tuple[int, list[int]]:
+    """A stream's summed document length and its indexed messages per bucket."""
+    return _decode_totals(tables.get(POSTINGS, _totals_key(prefix)))
+
+
+def term_postings(
+    tables: Tables, prefix: bytes, term: bytes, buckets: Iterable[int]
 ) -> tuple[list[tuple[int, bytes]], int]:
-    """A term's postings per bucket (base index, records) and its df."""
+    """A term's postings in `buckets` (base index, records) and how many messages hold it."""
     base = prefix + term + _TERM_END
     found: list[tuple[int, bytes]] = []
     df = 0
@@ -382,14 +374,14 @@ def _read_postings(
     return found, df
 
 
-def _open_postings(
+def open_postings(
     unindexed: Iterable[tuple[int, str]], query_terms: Iterable[bytes]
 ) -> tuple[dict[bytes, list[tuple[int, bytes]]], int, int]:
-    """The query terms' postings in messages not in the index yet, as the index would hold them.
+    """The postings of `query_terms` in messages the index does not hold yet, as it would.
 
-    Returns them by term (base index, records) with the number of messages
-    that have terms and their summed length. Each message is its own record.
-    Only the query's terms are counted: the others would score nothing.
+    Returns them by term (base index, one record each) with the number of
+    messages that have terms and their summed length. Only those terms are
+    counted: the others would score nothing.
     """
     postings: dict[bytes, list[tuple[int, bytes]]] = {term: [] for term in query_terms}
     documents = length = 0
@@ -407,76 +399,3 @@ def _open_postings(
             if tf:
                 found.append((base, pack(offset, doc_length, min(tf, _MAX_TF))))
     return postings, documents, length
-
-
-def search(
-    tables: Tables,
-    stream: StreamId,
-    query: str,
-    limit: int,
-    unindexed: Iterable[tuple[int, str]] = (),
-) -> SearchResult:
-    """The stream's messages best matching the words of `query`, by BM25.
-
-    `unindexed` are (index, text) of messages the index does not hold yet
-    (the projection indexes messages in whole chunks); they are searched,
-    and weigh in the statistics, exactly as if it held them.
-
-    Hits are ranked by score, best first; equal scores put the newer message
-    first. `total` counts every message holding at least one query term.
-    Terms are scored from the rarest up. A term found in more than
-    `COMMON_DF` messages, once rarer terms (in at most `COMMON_DF` each) have
-    found at least `limit` messages, is scored only for the messages already
-    found: a message matching nothing but such common words could not have
-    ranked among them in ordinary cases, and scoring it would cost the most.
-    Those messages still count in `total`. A query of common words alone is
-    scored in full.
-    """
-    prefix = stream_prefix(stream)
-    length, per_bucket = _decode_totals(tables.get(POSTINGS, _totals_key(prefix)))
-    query_terms = list(dict.fromkeys(term_bytes(query)))
-    open_postings, open_documents, open_length = _open_postings(unindexed, query_terms)
-    documents = sum(per_bucket) + open_documents
-    length += open_length
-    if documents == 0 or limit <= 0:
-        return SearchResult([], 0)
-    buckets = [bucket for bucket, count in enumerate(per_bucket) if count]
-    found: list[tuple[int, bytes, list[tuple[int, bytes]]]] = []
-    for term in query_terms:
-        postings, df = _read_postings(tables, prefix, term, buckets)
-        more = open_postings[term]
-        postings.extend(more)
-        df += len(more)
-        if df:
-            found.append((df, term, postings))
-    found.sort(key=lambda item: (item[0], item[1]))
-
-    scores: dict[int, float] = {}
-    matched: set[int] | None = None
-    length_weight = K1 * B * documents / length
-    constant = K1 * (1 - B)
-    rare_found = 0  # messages found by terms in at most COMMON_DF messages
-    for df, _, postings in found:
-        weight = math.log(1 + (documents - df + 0.5) / (df + 0.5)) * (K1 + 1)
-        if df > COMMON_DF and rare_found >= limit:
-            if matched is None:
-                matched = set(scores)
-            for base, data in postings:
-                for offset, doc_length, tf in _POSTING.iter_unpack(data):
-                    index = base + offset
-                    matched.add(index)
-                    score = scores.get(index)
-                    if score is not None:
-                        norm = tf + constant + length_weight * doc_length
-                        scores[index] = score + weight * tf / norm
-            continue
-        for base, data in postings:
-            for offset, doc_length, tf in _POSTING.iter_unpack(data):
-                index = base + offset
-                norm = tf + constant + length_weight * doc_length
-                scores[index] = scores.get(index, 0.0) + weight * tf / norm
-        if df <= COMMON_DF:
-            rare_found = len(scores)
-    best = heapq.nlargest(limit, scores.items(), key=lambda item: (item[1], item[0]))
-    total = len(scores) if matched is None else len(matched)
-    return SearchResult(best, total)

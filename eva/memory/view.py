@@ -15,7 +15,7 @@ from eva.core.block import ShownMessage, memory_block, message_line, render_tail
 from eva.core.keys import StreamId
 from eva.core.projection import indexed_text, indexed_upto
 from eva.core.recall import RecallView, recall_view
-from eva.core.recall_index import search
+from eva.core.recall_search import search
 from eva.core.render import cut_to_bytes, render_line
 from eva.core.settings import MemorySettings
 from eva.core.state import StreamMeta
