@@ -134,7 +134,7 @@ MESSAGE_EVENTS = frozenset(
 )
 """The gateway events Eva takes from raw payloads, before hikari's event manager."""
 
-MessageEventHandler = Callable[[str, hikari.api.GatewayShard, Mapping[str, Any]], None]
+MessageEventHandler = Callable[[str, hikari.api.GatewayShard, dict[str, Any]], None]
 
 
 def _take_message_events(manager: hikari.api.EventManager, handler: MessageEventHandler) -> None:
@@ -281,7 +281,7 @@ class EvaBot:
             await run_trio(lambda: self._register_commands([int(event.guild_id)]))
 
     def _on_message_event(
-        self, name: str, shard: hikari.api.GatewayShard, payload: Mapping[str, Any]
+        self, name: str, shard: hikari.api.GatewayShard, payload: dict[str, Any]
     ) -> None:
         """A message event from the gateway, mapped and queued on its lane before this returns."""
         try:
@@ -295,6 +295,8 @@ class EvaBot:
                 self._enqueue(stream_of(payload["guild_id"], payload["channel_id"]), Change(delete))
         except (PayloadError, KeyError, ValueError, TypeError, AttributeError) as error:
             log.warning("a %s event from Discord was left out: %r", name, error)
+        except Exception:  # never into the shard's loop: the connection must go on
+            log.exception("a %s event from Discord failed: %r", name, payload.get("id"))
 
     def _take_created(self, payload: Mapping[str, Any]) -> None:
         """A message created: read from the raw payload (hikari's models cost more than
@@ -309,12 +311,12 @@ class EvaBot:
         else:
             self._enqueue(stream, Ingest(post))
 
-    def _take_edited(self, shard: hikari.api.GatewayShard, payload: Mapping[str, Any]) -> None:
+    def _take_edited(self, shard: hikari.api.GatewayShard, payload: dict[str, Any]) -> None:
         """A message edited, read through hikari's models as its listeners would get it."""
         if payload.get("guild_id") is None:
             return
         event = self.bot.event_factory.deserialize_message_update_event(
-            shard, dict(payload), old_message=None
+            shard, payload, old_message=None
         )
         message = event.message
         if not isinstance(message.content, str):
