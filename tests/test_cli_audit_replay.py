@@ -103,6 +103,25 @@ def test_replay_matches_and_catches_a_changed_projection(
     out = capsys.readouterr().out
     assert "DIFFERS in messages" in out
     assert keys.stream_of(meta_keys[3]).channel_id > 0
+    # --repair writes the rebuild over what differs, then checks it again.
+    stream_prefix = meta_keys[3][:16]
+    with backend.reading() as tables:
+        posting = next(iter(tables.scan("postings", stream_prefix, keys.prefix_end(stream_prefix))))
+
+    def more_damage(tables: object) -> None:
+        tables.delete("postings", posting[0])  # type: ignore[attr-defined]
+        tables.put("lines", stream_prefix + b"stray", b"x")  # type: ignore[attr-defined]
+
+    backend.write(more_damage)
+    repaired = run_json(capsys, "replay", "--data", str(data), "--repair", "--quiet")
+    assert repaired["ok"] is True
+    [channel] = repaired["channels"]  # type: ignore[misc]
+    assert channel["repaired_tables"] == ["messages", "lines", "postings"]
+    assert channel["differing_tables"] == []
+    assert main(["replay", "--data", str(data)]) == 0
+    assert "all 1 channels match" in capsys.readouterr().out
+    found = run_json(capsys, "recall", "friends", *DEMO_QUERY.split(), "--data", str(data))
+    assert found["windows"]
 
 
 def test_commands_explain_missing_things(

@@ -13,6 +13,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,13 +29,14 @@ from eva.core.events import (
     ToolCalled,
 )
 from eva.core.keys import StreamId
-from eva.core.projection import INDEX_CHUNK, Rejected, indexed_upto
+from eva.core.projection import INDEX_CHUNK, Rejected, Tables, indexed_upto
 from eva.core.recall_search import search
 from eva.core.render import LINE_LIMIT_BYTES
 from eva.store import lmdb_kv
+from eva.store import replay as replay_module
 from eva.store.event_store import READ_CHUNK, Appended, Batch, EventStore
 from eva.store.memory_kv import MemoryBackend
-from eva.store.replay import replay_stream
+from eva.store.replay import LogMovedError, repair_stream, replay_stream
 
 A = StreamId(1, 10)
 B = StreamId(1, 11)
@@ -387,6 +389,44 @@ class StoreContract:
         assert_replays(store)
 
 
+    def test_repair_writes_the_rebuild_over_what_differs_and_nothing_else(
+        self, store: EventStore, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        store.append(A, [posted(i, f"word{i} common") for i in range(40)])
+        store.append(B, [posted(i) for i in range(3)])
+        assert repair_stream(store, A).rewritten == ()
+        prefix = keys.stream_prefix(A)
+        with store.backend.reading() as tables:
+            [(slot_key, _), *_] = tables.scan("messages", prefix, keys.prefix_end(prefix))
+            b_rows = list(tables.scan("messages", keys.stream_prefix(B), b"\xff" * 17))
+
+        def damage(tables: Tables) -> None:
+            tables.delete("messages", slot_key)
+            tables.put("ready", prefix + b"stray", b"")
+
+        store.backend.write(damage)
+        assert not replay_stream(store, A).ok
+        repaired = repair_stream(store, A)
+        assert repaired.rewritten == ("messages", "ready") and repaired.events == 40
+        assert_replays(store)
+        with store.backend.reading() as tables:
+            assert list(tables.scan("messages", keys.stream_prefix(B), b"\xff" * 17)) == b_rows
+
+        # Events appended after the rebuild read the log: nothing is written.
+        store.backend.write(damage)
+        rebuild = replay_module.rebuild
+
+        def rebuild_then_append(*args: Any, **kwargs: Any) -> Any:
+            rebuilt = rebuild(*args, **kwargs)
+            store.append(A, [posted(40)])
+            return rebuilt
+
+        monkeypatch.setattr(replay_module, "rebuild", rebuild_then_append)
+        with pytest.raises(LogMovedError):
+            repair_stream(store, A)
+        with store.backend.reading() as tables:
+            assert tables.get("messages", slot_key) is None
+
     def test_recall_indexes_messages_in_whole_chunks_with_their_text_then(
         self, store: EventStore
     ) -> None:
@@ -543,6 +583,7 @@ class TestLmdbStore(StoreContract):
 _HOLDER = """
 import sys, time
 from pathlib import Path
+from typing import Any
 from eva.store.lmdb_kv import open_backend
 backend = open_backend(Path(sys.argv[1]))
 if sys.argv[2] == "read":

@@ -6,6 +6,9 @@
 # changes this process hands it, while this process rebuilds the rest and
 # digests the live tables; the two halves meet in the digests. A short
 # stream is all done here: starting a worker would cost more than it saves.
+# `repair_stream` writes a rebuild over the live projection tables that differ
+# from it (after a projection's layout changed, or damage), in one write that
+# first checks the log still ends where the rebuild read it.
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -20,7 +23,7 @@ from eva.core.digest import (
     encoded_rows,
 )
 from eva.core.keys import PROJECTION_TABLES, StreamId
-from eva.core.projection import read_meta
+from eva.core.projection import Tables, read_meta
 from eva.core.recall_index import POSTINGS
 from eva.core.replay import rebuild, rebuilt_digests
 from eva.store.event_store import EventStore
@@ -115,3 +118,52 @@ def _prepare_the_latest(worker: IndexWorker) -> None:
     while (taken := worker.take_last()) is not None:
         slot, postings = taken
         worker.fill(slot, postings.prepare())
+
+
+class LogMovedError(RuntimeError):
+    """The stream's log grew while its projections were being rebuilt for a repair."""
+
+
+@dataclass(frozen=True, slots=True)
+class RepairResult:
+    stream: StreamId
+    events: int
+    rewritten: tuple[str, ...]  # the projection tables written anew, in table order
+
+
+def repair_stream(
+    store: EventStore, stream: StreamId, progress: Callable[[int], None] | None = None
+) -> RepairResult:
+    """Make one stream's projections exactly what its events give.
+
+    Each projection table of the stream that differs from a rebuild is
+    replaced by the rebuilt one, in one write transaction; a stream that
+    matches is left alone. Raises `LogMovedError`, writing nothing, when
+    events were appended to the stream after the rebuild read it: run it
+    while nothing else writes to the data directory.
+    """
+    prefix = keys.stream_prefix(stream)
+    end = keys.prefix_end(prefix)
+    with no_cyclic_gc(), store.backend.reading() as tables:
+        rebuilt = rebuild(stream, tables.scan("events", prefix, end), progress)
+        differing = tuple(
+            table
+            for table in PROJECTION_TABLES
+            if not rebuilt.holds(table, list(tables.scan(table, prefix, end)))
+        )
+    meta = read_meta(rebuilt, stream)
+    events = 0 if meta is None else meta.position
+    if not differing:
+        return RepairResult(stream, events, ())
+
+    def rewrite(tables: Tables) -> None:
+        after = tables.scan("events", keys.event_key(stream, events), end)
+        if next(iter(after), None) is not None:
+            raise LogMovedError(f"{stream}: events were added while it was rebuilt")
+        for table in differing:
+            for key in [key for key, _ in tables.scan(table, prefix, end)]:
+                tables.delete(table, key)
+            tables.put_many(table, rebuilt.rows(table))
+
+    store.backend.write(rewrite)
+    return RepairResult(stream, events, differing)
