@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from eva.core import recall_search
 from eva.core.block import ShownMessage
 from eva.core.keys import StreamId, stream_prefix
 from eva.core.memtables import MemoryTables
@@ -191,7 +192,7 @@ def plain_bm25(texts: dict[int, str], query: str, limit: int) -> SearchResult:
 _WORDS = st.sampled_from(["boat", "marigold", "noon", "lunch", "the", "a", "sail", "Boat"])
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(
     texts=st.dictionaries(
         st.integers(0, 3 * BUCKET_SIZE), st.lists(_WORDS, max_size=12).map(" ".join), max_size=40
@@ -199,14 +200,22 @@ _WORDS = st.sampled_from(["boat", "marigold", "noon", "lunch", "the", "a", "sail
     query=st.lists(_WORDS, min_size=1, max_size=4).map(" ".join),
     limit=st.integers(1, 12),
     open_from=st.integers(0, 3 * BUCKET_SIZE + 1),
+    dense_messages=st.sampled_from([recall_search.DENSE_MESSAGES, 0]),
 )
 def test_search_scores_as_plain_bm25(
-    texts: dict[int, str], query: str, limit: int, open_from: int
+    texts: dict[int, str], query: str, limit: int, open_from: int, dense_messages: int
 ) -> None:
-    # Messages from `open_from` on are not indexed yet; they count all the same.
+    # Messages from `open_from` on are not indexed yet; they count all the same. With
+    # `dense_messages` 0, scores are summed as for a channel of millions of messages.
     tables = index_all({i: t for i, t in texts.items() if i < open_from})
     unindexed = sorted((i, t) for i, t in texts.items() if i >= open_from)
-    assert search(tables, STREAM, query, limit, unindexed) == plain_bm25(texts, query, limit)
+    dense = recall_search.DENSE_MESSAGES
+    recall_search.DENSE_MESSAGES = dense_messages
+    try:
+        found = search(tables, STREAM, query, limit, unindexed)
+    finally:
+        recall_search.DENSE_MESSAGES = dense
+    assert found == plain_bm25(texts, query, limit)
 
 
 def test_postings_across_buckets() -> None:

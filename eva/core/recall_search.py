@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
 
 import numpy as np
@@ -32,6 +32,9 @@ from eva.core.terms import term_bytes
 COMMON_DF: Final = 2000
 K1: Final = 1.2
 B: Final = 0.75
+# Scores are summed in arrays over every message index up to the highest hit while
+# that is at most this many; past it, over the messages that hold a query term.
+DENSE_MESSAGES: Final = 1 << 20
 
 # A posting record: offset in its bucket, document length in terms, term frequency.
 _RECORD: Final = np.dtype([("offset", "<u2"), ("length", "<u2"), ("tf", "u1")])
@@ -115,7 +118,17 @@ def search(
         return SearchResult([], 0)
     found.sort(key=lambda records: (records.df, records.term))
     size = max(int(records.indexes.max()) for records in found) + 1
-    return _best(found, size, documents, length, limit)
+    if size <= DENSE_MESSAGES:
+        return _best(found, size, documents, length, limit)
+    # A long channel: score over the messages the terms hold, numbered in index order.
+    held, places = np.unique(np.concatenate([r.indexes for r in found]), return_inverse=True)
+    ends = np.cumsum([len(r.indexes) for r in found])[:-1]
+    numbered = [
+        replace(records, indexes=part)
+        for records, part in zip(found, np.split(places.astype(np.int64), ends), strict=True)
+    ]
+    result = _best(numbered, len(held), documents, length, limit)
+    return SearchResult([(int(held[i]), score) for i, score in result.hits], result.total)
 
 
 def _best(
