@@ -29,7 +29,7 @@ from eva.core.events import (
 )
 from eva.core.keys import StreamId, Table
 from eva.core.recall_index import PostingBuffer
-from eva.core.render import LINE_LIMIT_BYTES, render_message
+from eva.core.render import LINE_LIMIT_BYTES, render_message, utf8_size
 from eva.core.state import (
     LineSlot,
     MessageSlot,
@@ -490,4 +490,4 @@ def rendered_size(name: str, content: str, attachments: tuple[str, ...]) -> int:
     """Bytes of a message as its leaf would read it (`render_message`, encoded)."""
     if attachments:
         return len(render_message(name, content, attachments).encode())
-    return len(name.encode()) + 2 + len(content.encode())
+    return utf8_size(name) + 2 + utf8_size(content)

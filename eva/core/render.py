@@ -24,7 +24,8 @@ _ZERO_WIDTH_JOINER = "\u200d"
 
 def utf8_size(text: str) -> int:
     """The number of bytes of `text` in UTF-8."""
-    return len(text.encode("utf-8"))
+    # An ASCII string knows it is one without a scan: a byte per character.
+    return len(text) if text.isascii() else len(text.encode("utf-8"))
 
 
 def fits(text: str, limit: int = LINE_LIMIT_BYTES) -> bool:
