@@ -25,7 +25,7 @@ from eva.core.digest import (
 from eva.core.keys import PROJECTION_TABLES, StreamId
 from eva.core.projection import Tables, read_meta
 from eva.core.recall_index import POSTINGS
-from eva.core.replay import rebuild, rebuilt_digests
+from eva.core.replay import projection_rows, rebuild, rebuilt_digests
 from eva.store.event_store import EventStore
 from eva.store.index_worker import IndexWorker, open_index_worker
 from eva.store.no_gc import no_cyclic_gc
@@ -101,7 +101,7 @@ def _rebuild_and_digest(
             progress,
             None if worker is None else worker.write,
         )
-        live_rows = {table: list(tables.scan(table, prefix, end)) for table in PROJECTION_TABLES}
+        live_rows = projection_rows(tables, stream)
     encoded = {table: encoded_rows(rows) for table, rows in live_rows.items()}
     if worker is not None:
         worker.send_live(encoded[POSTINGS])
@@ -146,10 +146,9 @@ def repair_stream(
     end = keys.prefix_end(prefix)
     with no_cyclic_gc(), store.backend.reading() as tables:
         rebuilt = rebuild(stream, tables.scan("events", prefix, end), progress)
+        live_rows = projection_rows(tables, stream)
         differing = tuple(
-            table
-            for table in PROJECTION_TABLES
-            if not rebuilt.holds(table, list(tables.scan(table, prefix, end)))
+            table for table in PROJECTION_TABLES if not rebuilt.holds(table, live_rows[table])
         )
     meta = read_meta(rebuilt, stream)
     events = 0 if meta is None else meta.position
