@@ -11,6 +11,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -542,6 +543,61 @@ class TestLmdbStore(StoreContract):
         finally:
             reopened.close()
 
+    def test_reads_in_another_thread_go_on_while_the_map_grows(self, tmp_path: Path) -> None:
+        # LMDB lets a map be resized only while no transaction of the process is
+        # open; the live writer grows it in its thread while the trio thread reads.
+        backend = lmdb_kv.open_backend(tmp_path / "data", map_bytes=64 * 1024)
+        try:
+            store = EventStore(backend)
+            store.append(A, [posted(0)])
+            stop = threading.Event()
+            failures: list[BaseException] = []
+            reads = 0
+
+            def keep_reading() -> None:
+                nonlocal reads
+                while not stop.is_set():
+                    try:
+                        meta = store.meta(A)
+                        assert meta is not None and meta.messages >= 1
+                        assert len(list(store.events(A, 0, 3))) >= 1
+                        reads += 1
+                    except BaseException as error:  # reported below, with the count
+                        failures.append(error)
+
+            reader = threading.Thread(target=keep_reading)
+            reader.start()
+            try:
+                for chunk in range(40):
+                    store.append(A, [posted(1 + chunk * 25 + i, "z" * 2000) for i in range(25)])
+            finally:
+                stop.set()
+                reader.join()
+            assert backend.map_grown >= 3
+            assert reads > 0
+            assert failures == []
+            assert len(list(store.events(A))) == 1 + 40 * 25
+            assert_replays(store)
+        finally:
+            backend.close()
+
+    def test_a_map_another_process_grew_is_taken_on(self, tmp_path: Path) -> None:
+        path = tmp_path / "data"
+        backend = lmdb_kv.open_backend(path, map_bytes=64 * 1024)
+        try:
+            store = EventStore(backend)
+            store.append(A, [posted(0)])
+            before = backend.map_bytes()
+            subprocess.run(
+                [sys.executable, "-c", _GROWER, str(path)], check=True, timeout=60
+            )
+            assert len(list(store.events(B))) == 200  # read: the new size is taken on
+            assert backend.map_bytes() > before
+            assert store.append(A, [posted(1)]) == Appended(A, 1, 1)
+            assert_replays(store)
+        finally:
+            backend.close()
+
     def test_same_directory_gives_same_backend(self, tmp_path: Path) -> None:
         path = tmp_path / "data"
         first = lmdb_kv.open_backend(path)
@@ -592,6 +648,22 @@ if sys.argv[2] == "read":
         time.sleep(60)
 print("ready", flush=True)
 time.sleep(60)
+"""
+
+
+# A child that appends enough to channel B to grow the map several times.
+_GROWER = """
+import sys
+from pathlib import Path
+from eva.core.events import MessagePosted
+from eva.core.keys import StreamId
+from eva.store.event_store import EventStore
+from eva.store.lmdb_kv import open_backend
+store = EventStore(open_backend(Path(sys.argv[1]), map_bytes=64 * 1024))
+for i in range(200):
+    store.append(StreamId(1, 11), [MessagePosted(
+        at_ms=i, index=i, message_id=5000 + i, author_id=7, author_name="g", content="g" * 4000
+    )])
 """
 
 

@@ -3,6 +3,10 @@
 # Knows LMDB and files; knows nothing of events. Invariants:
 # - commits are durable when `write` returns (sync and metasync on);
 # - a write that fills the map grows the map and runs again, never fails for it;
+# - the map is resized only while no transaction of this process is open (LMDB
+#   leaves that to its caller): a resize waits for open reads to end and holds
+#   new ones back until it is done; a map another process grew is adopted the
+#   same way;
 # - stale reader slots left by a killed process are cleared at open;
 # - the same directory opened twice in one process gives the same environment.
 from __future__ import annotations
@@ -10,8 +14,9 @@ from __future__ import annotations
 import os
 import shutil
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
-from itertools import islice, takewhile
+from itertools import count, islice, takewhile
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -26,6 +31,9 @@ INITIAL_MAP_BYTES = 64 * 1024 * 1024
 DATA_FILE = "data.mdb"
 COMPACT_DIR = "compacting"
 COPY_CHUNK = 65536
+GATE_POLL_S = 0.0005
+"""How often a resize waiting for reads to end looks again, and a read waiting for
+a resize (both are short)."""
 
 _open_lock = threading.Lock()
 _open_backends: dict[str, LmdbBackend] = {}
@@ -68,23 +76,81 @@ class LmdbTables:
         return zip(below, values.iternext(keys=False), strict=False)
 
 
+class _Gate:
+    """Keeps read transactions out while the map is resized (`LmdbBackend._resize_map`).
+
+    A read counts itself in, then looks whether a resize is under way (and if so
+    counts itself out and waits); a resize raises its flag, then waits until
+    every read counted in has counted itself out. Both counts are
+    `itertools.count`, whose `next` is one atomic step, so the path of a read
+    takes no lock. The resize reads the exits before the entries: a difference
+    of zero then means no read was open when it looked.
+    """
+
+    __slots__ = ("entered", "left", "resizing")
+
+    def __init__(self) -> None:
+        self.entered = count()
+        self.left = count()
+        self.resizing = False
+
+    def wait_resized(self) -> None:
+        while self.resizing:
+            time.sleep(GATE_POLL_S)
+
+    def close(self) -> None:
+        """Keep new reads out, and return once the open ones have ended."""
+        self.resizing = True
+        while True:
+            left = _count_value(self.left)
+            if _count_value(self.entered) == left:
+                return
+            time.sleep(GATE_POLL_S)
+
+    def open(self) -> None:
+        self.resizing = False
+
+
+def _count_value(counter: count[int]) -> int:
+    """The next value of an `itertools.count`, without taking it."""
+    return int(repr(counter)[len("count(") : -1])
+
+
 class _Reading:
     """A read transaction for a `with` block (a plain class: the cheapest way in and out)."""
 
-    __slots__ = ("_dbs", "_env", "_txn")
+    __slots__ = ("_backend", "_txn")
 
-    def __init__(self, env: Any, dbs: dict[Table, Any]) -> None:
-        self._env = env
-        self._dbs = dbs
+    def __init__(self, backend: LmdbBackend) -> None:
+        self._backend = backend
         self._txn: Any = None
 
     def __enter__(self) -> LmdbTables:
-        self._txn = self._env.begin(buffers=False)
-        return LmdbTables(self._txn, self._dbs)
+        backend = self._backend
+        gate = backend.gate
+        while True:
+            next(gate.entered)
+            if gate.resizing:
+                next(gate.left)
+                gate.wait_resized()
+                continue
+            try:
+                self._txn = backend.env.begin(buffers=False)
+                break
+            except lmdb.MapResizedError:  # another process grew the map
+                next(gate.left)
+                backend.adopt_map_size()
+            except BaseException:
+                next(gate.left)
+                raise
+        return LmdbTables(self._txn, backend.dbs)
 
     def __exit__(self, *exc_info: object) -> None:
-        self._txn.abort()
-        self._txn = None
+        try:
+            self._txn.abort()
+        finally:
+            self._txn = None
+            next(self._backend.gate.left)
 
 
 class LmdbBackend:
@@ -95,6 +161,7 @@ class LmdbBackend:
         self.path = path
         shutil.rmtree(path / COMPACT_DIR, ignore_errors=True)  # a copy a crash left unfinished
         self._write_lock = threading.Lock()
+        self.gate = _Gate()
         self.commits = 0
         self.map_grown = 0
         self._open(map_bytes)
@@ -116,18 +183,25 @@ class LmdbBackend:
         }
 
     def reading(self) -> _Reading:
-        return _Reading(self.env, self.dbs)
+        """A read transaction, as a `with` block. Never hold one while calling `write`
+        in the same thread: a write that must grow the map waits for every read."""
+        return _Reading(self)
 
     def write(self, work: Callable[[Tables], T]) -> T:
         with self._write_lock:
             while True:
-                txn = self.env.begin(write=True)
+                try:
+                    txn = self.env.begin(write=True)
+                except lmdb.MapResizedError:  # another process grew the map
+                    self._resize_map(0)
+                    continue
                 try:
                     result = work(LmdbTables(txn, self.dbs))
                     txn.commit()
                 except lmdb.MapFullError:
                     txn.abort()
-                    self._grow()
+                    self._resize_map(self.map_bytes() * 2)
+                    self.map_grown += 1
                     continue
                 except BaseException:
                     txn.abort()
@@ -135,10 +209,20 @@ class LmdbBackend:
                 self.commits += 1
                 return result
 
-    def _grow(self) -> None:
-        size: int = self.env.info()["map_size"]
-        self.env.set_mapsize(size * 2)
-        self.map_grown += 1
+    def adopt_map_size(self) -> None:
+        """Take on the larger map another process set (LMDB's MDB_MAP_RESIZED)."""
+        with self._write_lock:
+            self._resize_map(0)
+
+    def _resize_map(self, size: int) -> None:
+        """Set the map's size (0: adopt the size another process set) once no
+        transaction of this process is open: the caller holds the write lock and no
+        read; the open reads are waited for, and new ones wait meanwhile."""
+        self.gate.close()
+        try:
+            self.env.set_mapsize(size)
+        finally:
+            self.gate.open()
 
     def compact(self) -> tuple[int, int]:
         """Rewrite the data file by a copy of the live entries that replaces it atomically.
@@ -159,11 +243,15 @@ class LmdbBackend:
             map_size = self.map_bytes()
             _copy_live(self.env, self.dbs, target, map_size)
             _fsync_file(target / DATA_FILE)
-            self.env.close()
-            os.replace(target / DATA_FILE, self.path / DATA_FILE)
-            _fsync_dir(self.path)
-            shutil.rmtree(target, ignore_errors=True)
-            self._open(map_size)
+            self.gate.close()  # no read may use the environment while it is swapped
+            try:
+                self.env.close()
+                os.replace(target / DATA_FILE, self.path / DATA_FILE)
+                _fsync_dir(self.path)
+                shutil.rmtree(target, ignore_errors=True)
+                self._open(map_size)
+            finally:
+                self.gate.open()
             return before, _file_bytes(self.path)
 
     def map_bytes(self) -> int:
