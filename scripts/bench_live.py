@@ -12,8 +12,9 @@ fresh channels at steady rates (--paced-rates, open loop; the first
 --paced-messages of them at each rate) to time input to durable at loads
 below saturation. Then it times GetPrompt on channels kept
 awake by the questions, and, in a fresh directory first thing in the process,
-measures what a sleeping channel costs in memory.
-The last line printed is one JSON object.
+measures what a sleeping channel costs in memory. The garbage collector is set
+as Eva's serving processes set it (eva.live.collector), the loaded sample frozen
+like their start-up. The last line printed is one JSON object.
 
     python scripts/bench_live.py [--channels 200] [--compress-at-kib 4]
                                  [--sleeping-channels 10000] [--prompts 3000]
@@ -43,6 +44,7 @@ from eva.core.events import MessagePosted
 from eva.core.keys import StreamId
 from eva.core.settings import KIB, LiveSettings, MemorySettings
 from eva.core.summarize import OfflineSummarizer
+from eva.live.collector import freeze_start_up, serving_collector
 from eva.live.inputs import GetPrompt, Post, post_of
 from eva.live.supervisor import Supervisor, open_supervisor
 from eva.store.event_store import EventStore
@@ -364,7 +366,10 @@ def main() -> int:
         tail_keep_bytes=args.compress_at_kib * KIB // 4,
         overflow_tail_bytes=args.compress_at_kib * KIB * 2,
     ).check()
-    with tempfile.TemporaryDirectory(prefix="eva-bench-live-") as tmp:
+    # The collector as a serving process sets it (eva serve, eva serve-local),
+    # with the loaded sample frozen as start-up is there.
+    with serving_collector(), tempfile.TemporaryDirectory(prefix="eva-bench-live-") as tmp:
+        freeze_start_up()
         root = Path(tmp)
         sleeping = trio.run(sleeping_phase, root / "sleeping", posts, args.sleeping_channels)
         print("sleeping channels:", json.dumps(sleeping), file=sys.stderr)

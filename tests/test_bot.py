@@ -5,6 +5,7 @@
 # would); what it stored is read back from its data directory. Every wait has a timeout.
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import subprocess
@@ -25,6 +26,7 @@ from eva.core.settings import LiveSettings
 from eva.discord.bot import EvaBot
 from eva.discord.mapping import OFFLINE_NOTE
 from eva.discord.process import run_bot
+from eva.live.collector import YOUNG_GENERATION
 from eva.store.event_store import EventStore
 from eva.store.lmdb_kv import open_backend
 from eva.testing.fake_anthropic import FakeMessagesAPI
@@ -67,9 +69,13 @@ async def eva_running(
     run = partial(
         run_bot, fake.token, data, rest_url=fake.rest_url, handle_signals=False, **keys, **options
     )
+    collector = gc.get_threshold()
     async with trio.open_nursery() as nursery:
         with trio.fail_after(15):
             eva: EvaBot = await nursery.start(run)
+        # Serving, the process collects young objects less often and start-up is frozen.
+        assert gc.get_threshold()[0] == YOUNG_GENERATION
+        assert gc.get_freeze_count() > 0
         try:
             yield eva
         finally:
@@ -77,6 +83,8 @@ async def eva_running(
             with trio.fail_after(15):
                 await eva.wait_stopped()
     assert fake.errors == []
+    assert gc.get_threshold() == collector
+    assert gc.get_freeze_count() == 0
 
 
 def store_of(data: Path) -> EventStore:

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import signal
 import sys
@@ -41,6 +42,7 @@ from eva.core.keys import StreamId
 from eva.core.settings import LiveSettings, MemorySettings
 from eva.core.summarize import OfflineSummarizer
 from eva.core.timing import compression_due
+from eva.live.collector import freeze_start_up, serving_collector
 from eva.live.inputs import Describe, Post, post_of
 from eva.live.local_chat import (
     DEFAULT_CHANNEL,
@@ -461,13 +463,20 @@ async def serve(
     still exits normally and its writer commits every queued append.
     """
     summarizer = OfflineSummarizer(settings.line_limit)
-    async with open_supervisor(store, summarizer, settings, session.live, wall_ms) as supervisor:
-        with trio.CancelScope() as scope:
-            async with trio.open_nursery() as nursery:
-                await nursery.start(watch_signals, scope, session)
-                await feed(supervisor)
-                await settle(store, settings, supervisor)
-                nursery.cancel_scope.cancel()
+    with serving_collector():
+        async with open_supervisor(
+            store, summarizer, settings, session.live, wall_ms
+        ) as supervisor:
+            freeze_start_up()
+            try:
+                with trio.CancelScope() as scope:
+                    async with trio.open_nursery() as nursery:
+                        await nursery.start(watch_signals, scope, session)
+                        await feed(supervisor)
+                        await settle(store, settings, supervisor)
+                        nursery.cancel_scope.cancel()
+            finally:
+                gc.unfreeze()
 
 
 async def watch_signals(

@@ -25,6 +25,7 @@ from eva.core.summarize import OfflineSummarizer, Summarizer
 from eva.discord.bot import EvaBot, Stored, bot_id_of
 from eva.discord.bridge import aio, open_asyncio_loop
 from eva.discord.reply_sender import open_reply_sender
+from eva.live.collector import freeze_start_up, serving_collector
 from eva.live.supervisor import open_supervisor
 from eva.live.urgency import Urgency
 from eva.model.batch_book import BatchBook
@@ -57,17 +58,6 @@ def make_gateway(token: str, rest_url: str | None = None) -> hikari.GatewayBot:
         suppress_optimization_warning=True,
         loads=msgspec.json.decode,  # the payloads' JSON, about four times faster than json's
     )
-
-
-def _freeze_start_up() -> None:
-    """Leave what start-up made (modules, classes, caches) out of the collector's full passes.
-
-    Ingest keeps many short-lived objects in queues long enough to reach the oldest
-    generation, so full collections come every few seconds; without this each one walks
-    every object of every imported library and stops the loop for that long.
-    """
-    gc.collect()
-    gc.freeze()
 
 
 async def _watch_signals(eva: EvaBot) -> None:
@@ -129,33 +119,34 @@ async def run_bot(
     started = time.monotonic()
     urgency = Urgency()  # a reply under way: lanes wait, the asyncio loop stops batching
     try:
-        async with (
-            open_supervisor(store, summarizer, memory, live, data_dir=data_dir) as supervisor,
-            open_reply_sender(token, rest_url) as replies,
-            open_asyncio_loop(one_at_a_time=urgency.under_way),
-            trio.open_nursery() as nursery,
-        ):
-            gateway = make_gateway(token, rest_url)
-            eva = EvaBot(gateway, bot_id_of(token), supervisor, client, models, data_dir,
-                         nursery, on_stored, replies, urgency)
-            if handle_signals:
-                nursery.start_soon(_watch_signals, eva)
-            try:
-                await eva.start(shard_ids, shard_count)
-            except (hikari.HikariError, OSError) as error:
-                log.error("could not connect to Discord: %s", error)
-                status = EXIT_FAILED
-                eva.stop()
-            else:
-                nursery.start_soon(_watch_gateway, eva)
-                log.info("connected in %.1f s", time.monotonic() - started)
-                _freeze_start_up()
-                task_status.started(eva)
-            try:
-                await eva.wait_stopped()
-            finally:
-                await eva.close()
-                nursery.cancel_scope.cancel()
+        with serving_collector():
+            async with (
+                open_supervisor(store, summarizer, memory, live, data_dir=data_dir) as supervisor,
+                open_reply_sender(token, rest_url) as replies,
+                open_asyncio_loop(one_at_a_time=urgency.under_way),
+                trio.open_nursery() as nursery,
+            ):
+                gateway = make_gateway(token, rest_url)
+                eva = EvaBot(gateway, bot_id_of(token), supervisor, client, models, data_dir,
+                             nursery, on_stored, replies, urgency)
+                if handle_signals:
+                    nursery.start_soon(_watch_signals, eva)
+                try:
+                    await eva.start(shard_ids, shard_count)
+                except (hikari.HikariError, OSError) as error:
+                    log.error("could not connect to Discord: %s", error)
+                    status = EXIT_FAILED
+                    eva.stop()
+                else:
+                    nursery.start_soon(_watch_gateway, eva)
+                    log.info("connected in %.1f s", time.monotonic() - started)
+                    freeze_start_up()
+                    task_status.started(eva)
+                try:
+                    await eva.wait_stopped()
+                finally:
+                    await eva.close()
+                    nursery.cancel_scope.cancel()
     finally:
         gc.unfreeze()
         if client is not None:
