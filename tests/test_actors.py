@@ -25,14 +25,14 @@ import trio
 import trio.lowlevel
 import trio.testing
 
-from eva.core.events import LineWritten, MessagePosted, RowPublished
+from eva.core.events import LineWritten, MessagePosted, RowPublished, ToolCalled
 from eva.core.keys import StreamId
 from eva.core.projection import Rejected, rendered_size
 from eva.core.settings import KIB, MINUTE_MS, LiveSettings, MemorySettings
 from eva.core.summarize import OfflineSummarizer, Summarizer, Summary, Task
 from eva.core.timing import compression_due
 from eva.live.actor import POST_BATCH, Request
-from eva.live.inputs import Edit, GetPrompt, Post, Recall, Zoom
+from eva.live.inputs import Delete, Edit, GetPrompt, Post, Recall, RecordTool, Zoom
 from eva.live.supervisor import Supervisor, open_supervisor
 from eva.live.writer import Writer
 from eva.memory.compress import run_cutoff
@@ -324,6 +324,39 @@ async def test_retry_finishes_the_leaves_a_failed_run_left(
         assert leaves_without_holes(store, STREAM)
         assert meta_of(store, STREAM).leaf_frontier == 7
         assert supervisor.statistics().runs_failed == 1
+
+
+async def test_a_read_that_wakes_a_channel_is_answered_and_keeps_it_awake(
+    tmp_path: Path, autojump_clock: Any
+) -> None:
+    # The actor's read task takes a read off its inbox one scheduling turn before it
+    # serves it. A read is counted from the moment it is queued, so the actor cannot
+    # decide to sleep in that turn: it would cut off a read that writes (a tool record)
+    # unanswered. Here the delete of an unknown message is served without a pause
+    # while the tool record behind it is in that turn; trio orders each turn's tasks
+    # at random, so two dozen channels see both orders.
+    store = fresh_store(tmp_path)
+    streams = [StreamId(1, 100 + n) for n in range(24)]
+    async with running(store) as supervisor:
+        for stream in streams:
+            await supervisor.ask(stream, message(stream, 0))
+        await trio.sleep(LIVE.idle_seconds + 1)
+        await settle()
+        assert supervisor.awake() == []
+        for n, stream in enumerate(streams):
+            requests = await supervisor.submit_all(
+                stream,
+                [
+                    Delete(message_ids=(999,), at_ms=mock_wall_ms()),
+                    RecordTool(name="recall", arguments="{}", result_bytes=n),
+                ],
+            )
+            with trio.fail_after(5):
+                assert [await request.result() for request in requests] == [0, None]
+            assert stream in supervisor.awake(), "a channel just read went back to sleep"
+    for n, stream in enumerate(streams):
+        tools = [e for _, e in store.events(stream) if isinstance(e, ToolCalled)]
+        assert [tool.result_bytes for tool in tools] == [n]
 
 
 async def test_idle_actor_sleeps_and_wakes_with_the_same_state(

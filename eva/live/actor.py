@@ -161,7 +161,10 @@ class ChannelActor:
         self.stopped = False
         self.unfinished_upto = 0  # the cutoff of a run that left leaves undone
         self._quiet_timer_for = -math.inf
-        self.reading = 0
+        # Reads queued and not yet answered, counted by the sender from the moment it
+        # queues one: the read task takes a read off the inbox a turn before it serves
+        # it, and the actor must not sleep in that turn.
+        self.reads_pending = 0
         self._waiting = trio.CancelScope()
         self._compress_scope = trio.CancelScope()
         self._compress_idle = trio.Event()
@@ -195,11 +198,10 @@ class ChannelActor:
 
     async def _serve_reads(self) -> None:
         async for request in self.read_receive:
-            self.reading += 1
             try:
                 await self._serve(request)
             finally:
-                self.reading -= 1
+                self.reads_pending -= 1
                 self.last_read = trio.current_time()
             self._waiting.cancel()  # let the main loop see whether it may sleep now
 
@@ -214,9 +216,8 @@ class ChannelActor:
             and self.retry_at == math.inf
             and stats.current_buffer_used == 0
             and stats.tasks_waiting_send == 0
-            and reads.current_buffer_used == 0
             and reads.tasks_waiting_send == 0
-            and self.reading == 0
+            and self.reads_pending == 0
         )
 
     def _last_active(self) -> float:

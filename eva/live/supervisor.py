@@ -103,17 +103,24 @@ class Supervisor:
         requests = []
         for item in items:
             request = Request(item)
+            reading = isinstance(item, READ_INPUTS)
             while True:
                 actor = self._actor(stream)
-                inbox = actor.read_send if isinstance(item, READ_INPUTS) else actor.send
+                inbox = actor.read_send if reading else actor.send
+                queued = False
+                actor.reads_pending += reading  # counted before it can be taken
                 try:
                     try:
                         inbox.send_nowait(request)
                     except trio.WouldBlock:
                         await inbox.send(request)
+                    queued = True
                     break
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
                     continue  # it went to sleep just now; the next one takes it
+                finally:
+                    if not queued:
+                        actor.reads_pending -= reading
             requests.append(request)
         await trio.lowlevel.cancel_shielded_checkpoint()  # what is queued stays queued
         return requests
