@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import argparse
-import gc
 import os
 import signal
 import sys
@@ -468,15 +467,12 @@ async def serve(
             store, summarizer, settings, session.live, wall_ms
         ) as supervisor:
             freeze_start_up()
-            try:
-                with trio.CancelScope() as scope:
-                    async with trio.open_nursery() as nursery:
-                        await nursery.start(watch_signals, scope, session)
-                        await feed(supervisor)
-                        await settle(store, settings, supervisor)
-                        nursery.cancel_scope.cancel()
-            finally:
-                gc.unfreeze()
+            with trio.CancelScope() as scope:
+                async with trio.open_nursery() as nursery:
+                    await nursery.start(watch_signals, scope, session)
+                    await feed(supervisor)
+                    await settle(store, settings, supervisor)
+                    nursery.cancel_scope.cancel()
 
 
 async def watch_signals(

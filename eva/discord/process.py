@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 import contextlib
-import gc
 import logging
 import signal
 import time
@@ -148,7 +147,6 @@ async def run_bot(
                     await eva.close()
                     nursery.cancel_scope.cancel()
     finally:
-        gc.unfreeze()
         if client is not None:
             with trio.CancelScope(shield=True), contextlib.suppress(Exception):
                 await client.close()

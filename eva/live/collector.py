@@ -23,17 +23,19 @@ YOUNG_GENERATION: Final = 10_000
 
 @contextmanager
 def serving_collector() -> Iterator[None]:
-    """Collect the young generation every `YOUNG_GENERATION` objects in the block."""
+    """Collect the young generation every `YOUNG_GENERATION` objects in the block;
+    on leaving it, the former thresholds, and what was frozen is collected again."""
     before = gc.get_threshold()
     gc.set_threshold(YOUNG_GENERATION, *before[1:])
     try:
         yield
     finally:
+        gc.unfreeze()
         gc.set_threshold(*before)
 
 
 def freeze_start_up() -> None:
     """Leave what start-up made (modules, classes, caches, loaded data) out of the
-    full collections; `gc.unfreeze` when the process stops serving."""
+    full collections, until the `serving_collector` block ends."""
     gc.collect()
     gc.freeze()
