@@ -236,6 +236,14 @@ class StoreContract:
         )
         assert store.message(A, 5) is None
 
+    def test_meta_and_indexes_read_together(self, store: EventStore) -> None:
+        assert store.meta_and_indexes(A, [1000]) == (None, [None])
+        store.append(A, [posted(i) for i in range(3)])
+        meta, indexes = store.meta_and_indexes(A, [1002, 99, 1000, 1002])
+        assert meta == store.meta(A)
+        assert meta is not None and meta.messages == 3
+        assert indexes == [2, None, 0, 2]
+
     def test_edit_shows_new_text(self, store: EventStore) -> None:
         store.append(A, [posted(0, "first"), posted(1)])
         store.append(A, [MessageEdited(at_ms=77, index=0, message_id=1000, content="second")])

@@ -206,12 +206,12 @@ class ChannelActor:
             self._waiting.cancel()  # let the main loop see whether it may sleep now
 
     def _may_sleep(self) -> bool:
+        if trio.current_time() - self._last_active() < self.shared.live.idle_seconds:
+            return False  # the common case, asked once per input: decided without a read
         stats = self.receive.statistics()
         reads = self.read_receive.statistics()
-        idle = trio.current_time() - self._last_active() >= self.shared.live.idle_seconds
         return (
-            idle
-            and not self.compressing
+            not self.compressing
             and not self._publish_pending()
             and self.retry_at == math.inf
             and stats.current_buffer_used == 0
@@ -372,8 +372,9 @@ class ChannelActor:
 
     def _places(self, posts: Sequence[Post]) -> list[_Place | None]:
         """Where each post is stored, or goes if stored next; None for a repeat of one before."""
-        meta = self._meta()
-        stored = self.shared.store.indexes_of(self.stream, [post.message_id for post in posts])
+        meta, stored = self.shared.store.meta_and_indexes(
+            self.stream, [post.message_id for post in posts]
+        )
         next_index = max([meta.messages if meta is not None else 0]
                          + [index + 1 for index in stored if index is not None])
         seen: set[int] = set()
@@ -404,13 +405,15 @@ class ChannelActor:
             return indexes
         await self._write(events)
         self._touch(max(post.at_ms for post in posts))
-        tz = channel_zone(self._meta(), self.shared.settings)
-        self.tail.add(zip(posts, indexes, strict=True), tz)
-        meta = self._meta()
+        meta: StreamMeta | None = self._meta()
         assert meta is not None
+        tz = channel_zone(meta, self.shared.settings)
+        self.tail.add(zip(posts, indexes, strict=True), tz)
+        self.sizes.use_zone(tz)  # lines are measured as they are written, from the first
         if meta.tail_bytes > self.shared.settings.overflow_tail_bytes:
             await self._maybe_publish()
-        self._maybe_compress()
+            meta = None  # the publish moved it on
+        self._maybe_compress(meta=meta)
         return indexes
 
     async def _edit(self, edit: Edit) -> bool:
@@ -495,10 +498,11 @@ class ChannelActor:
 
     # -- compression and publishing ---------------------------------------------
 
-    def _maybe_compress(self, force: bool = False) -> None:
+    def _maybe_compress(self, force: bool = False, meta: StreamMeta | None = None) -> None:
+        """Start a compression run if one is due (`meta`: the stream's record, if just read)."""
         if self.compressing or self.retry_at != math.inf:
             return
-        meta = self._meta()
+        meta = meta or self._meta()
         if meta is None or not (force or meta.stale or compression_due(meta, self.shared.settings)):
             return
         self.compressing = True

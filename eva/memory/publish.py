@@ -62,9 +62,7 @@ class LineSizes:
     def _rendered(
         self, store: EventStore, stream: StreamId, address: Address, tz: tzinfo
     ) -> str | None:
-        if tz != self.zone:
-            self.clear()
-            self.zone = tz
+        self.use_zone(tz)
         text = self.texts.get(address)
         if text is None:
             line = store.line(stream, *address)
@@ -74,6 +72,13 @@ class LineSizes:
             self.texts[address] = text
             self.sizes[address] = len(text.encode())
         return text
+
+    def use_zone(self, tz: tzinfo) -> None:
+        """Render in `tz` from now on (what was rendered in another zone is dropped), so
+        that `learn` measures lines from the first one written."""
+        if tz != self.zone:
+            self.clear()
+            self.zone = tz
 
     def fill(
         self,
@@ -86,9 +91,7 @@ class LineSizes:
     ) -> None:
         """Render the lines at `addresses` not rendered yet (`sizes_only`: not measured
         yet), read in one transaction."""
-        if tz != self.zone:
-            self.clear()
-            self.zone = tz
+        self.use_zone(tz)
         have = self.sizes if sizes_only else self.texts
         missing = [address for address in addresses if address not in have]
         for (start, size), line in store.lines(stream, missing).items():

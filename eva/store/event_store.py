@@ -175,6 +175,18 @@ class EventStore:
             ]
         return [None if data is None else keys.decode_u64(data) for data in found]
 
+    def meta_and_indexes(
+        self, stream: StreamId, message_ids: Sequence[int]
+    ) -> tuple[StreamMeta | None, list[int | None]]:
+        """The stream's record and `indexes_of` the ids, from one snapshot."""
+        with self.backend.reading() as tables:
+            meta = read_meta(tables, stream)
+            found = [
+                tables.get("discord_ids", keys.discord_id_key(stream, message_id))
+                for message_id in message_ids
+            ]
+        return meta, [None if data is None else keys.decode_u64(data) for data in found]
+
     def message(self, stream: StreamId, index: int) -> StoredMessage | None:
         """The message at `index` with its latest text, or None past the end."""
         with self.backend.reading() as tables:
