@@ -1,8 +1,9 @@
 """Benchmark the live supervisor: many channels ingesting at once, prompts, sleeping channels.
 
 Feeds the shared sample's 45,707 messages (read in place, never copied) across
-200 channels, message i to channel i % 200, with one sender task per channel
-sending its messages in order as fast as the supervisor takes them, while
+200 channels, message i to channel i % 200, in the sample's order and as fast
+as the supervisor takes them, through one lane per channel as the bot feeds
+its actors (see `ingest`), while
 compression runs in the background on the offline summarizer. Two ingest
 phases: the default settings (the 48 KiB mark is not reached with ~230
 messages a channel, so no compression runs) and small marks
@@ -31,7 +32,7 @@ import random
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +71,10 @@ HOT_CHANNELS = 20
 """Channels asked for their prompt over and over, to time prompts of awake channels."""
 
 WINDOW = 64
-"""Messages of one channel queued behind the one being stored, as a gateway would deliver them."""
+"""Messages a channel's lane holds before the gateway waits for it (see `ingest`)."""
+
+LANE_BATCH = 256
+"""Most messages a lane submits together: the bot's (eva.discord.bot.LANE_BATCH)."""
 
 
 def p99_ms(samples: Sequence[float]) -> float:
@@ -103,40 +107,65 @@ def spread(posts: Sequence[Post], channels: int, first_channel: int) -> dict[Str
     return by_channel
 
 
+def interleaved(by_channel: dict[StreamId, list[Post]]) -> Iterator[tuple[StreamId, Post]]:
+    """The messages of `spread` back in the sample's order: one from each channel in turn."""
+    streams = list(by_channel)
+    for position in range(max((len(posts) for posts in by_channel.values()), default=0)):
+        for stream in streams:
+            posts = by_channel[stream]
+            if position < len(posts):
+                yield stream, posts[position]
+
+
 async def ingest(
     supervisor: Supervisor, by_channel: dict[StreamId, list[Post]], window: int = WINDOW
 ) -> tuple[float, list[float]]:
-    """Send every channel's messages concurrently; (seconds, each input-to-durable latency).
+    """Feed every channel's messages as the bot does; (seconds, each input-to-durable latency).
 
-    Like the gateway feeds the bot: each channel's messages are submitted in
-    order without waiting for the one before to be stored (up to `window`
-    queued behind the one being awaited), and a second task per channel
-    awaits the answers.
+    One gateway task hands the messages out in the sample's order (interleaved
+    across channels) to one lane per channel, as the bot's gateway listener
+    does (eva.discord.bot); a lane holds up to `window` messages not taken yet,
+    and a full one holds the gateway up, as a full socket buffer would. Each
+    lane's task, like the bot's, takes what its lane holds (up to LANE_BATCH),
+    submits it together and takes the answers in order before the next. A
+    message's latency runs from the moment the gateway hands it to its lane
+    to its answer, so time spent queued in the lane counts against it.
     """
     latencies: list[float] = []
 
-    async def sender(stream: StreamId, posts: list[Post]) -> None:
-        send, receive = trio.open_memory_channel[tuple[float, Any]](window)
-
-        async def settle() -> None:
-            async with receive:
-                async for started, request in receive:
-                    answer = await request.result()
-                    latencies.append(time.perf_counter() - started)
+    async def lane(
+        stream: StreamId, receive: trio.MemoryReceiveChannel[tuple[float, Post]]
+    ) -> None:
+        async with receive:
+            async for first in receive:
+                batch = [first]
+                while len(batch) < LANE_BATCH:
+                    try:
+                        batch.append(receive.receive_nowait())
+                    except (trio.WouldBlock, trio.EndOfChannel):
+                        break
+                requests = await supervisor.submit_all(stream, [post for _, post in batch])
+                for (arrived, _), request in zip(batch, requests, strict=True):
+                    answer = await request.result_soon()
+                    latencies.append(time.perf_counter() - arrived)
                     assert answer is not None, "a new message was answered as already stored"
-
-        async with trio.open_nursery() as lane:
-            lane.start_soon(settle)
-            async with send:
-                for post in posts:
-                    started = time.perf_counter()
-                    await send.send((started, await supervisor.submit(stream, post)))
 
     started = time.perf_counter()
     with trio.fail_after(INGEST_LIMIT_S):
         async with trio.open_nursery() as nursery:
-            for stream, posts in by_channel.items():
-                nursery.start_soon(sender, stream, posts)
+            lanes: dict[StreamId, trio.MemorySendChannel[tuple[float, Post]]] = {}
+            for stream in by_channel:
+                send, receive = trio.open_memory_channel[tuple[float, Post]](window)
+                lanes[stream] = send
+                nursery.start_soon(lane, stream, receive)
+            for stream, post in interleaved(by_channel):
+                item = (time.perf_counter(), post)
+                try:
+                    lanes[stream].send_nowait(item)
+                except trio.WouldBlock:
+                    await lanes[stream].send(item)
+            for send in lanes.values():
+                send.close()
     return time.perf_counter() - started, latencies
 
 
@@ -147,42 +176,45 @@ async def ingest_paced(
 
     Message i arrives at i / rate seconds (to channel i % channels) whether or
     not the ones before are stored yet; its latency runs from its arrival to
-    its answer, so a sender held up by a full inbox counts against it. The
-    arrivals are released by one clock that wakes every `PACED_TICK_S` (or at
-    the next arrival, if later) and hands each message due by then to its
-    channel's sender: the benchmark then costs the process one timer per tick,
-    not one per message, and a message's wait for its tick counts against it.
+    its answer, so a message queued behind others counts that wait against
+    it. The arrivals are released by one clock that wakes every
+    `PACED_TICK_S` (or at the next arrival, if later) and puts each message
+    due by then on its channel's lane, which holds any number; the lanes are
+    served as in `ingest`. The benchmark then costs the process one timer per
+    tick, not one per message, and a message's wait for its tick counts
+    against it.
     """
     latencies: list[float] = []
     started = time.perf_counter()
 
-    async def sender(arrivals: trio.MemoryReceiveChannel[tuple[int, float]],
-                     stream: StreamId) -> None:
-        send, receive = trio.open_memory_channel[tuple[Any, float]](math.inf)
-        async with trio.open_nursery() as answers:
-            answers.start_soon(settle_in_order, receive)
-            async with send, arrivals:
-                async for position, due in arrivals:
-                    send.send_nowait((await supervisor.submit(stream, posts[position]), due))
-
-    async def settle_in_order(answers: trio.MemoryReceiveChannel[tuple[Any, float]]) -> None:
-        async with answers:  # a channel's posts are answered in the order they were sent
-            async for request, due in answers:
-                await request.result()
-                latencies.append(time.perf_counter() - due)
+    async def lane(
+        stream: StreamId, receive: trio.MemoryReceiveChannel[tuple[float, Post]]
+    ) -> None:
+        async with receive:
+            async for first in receive:
+                batch = [first]
+                while len(batch) < LANE_BATCH:
+                    try:
+                        batch.append(receive.receive_nowait())
+                    except (trio.WouldBlock, trio.EndOfChannel):
+                        break
+                requests = await supervisor.submit_all(stream, [post for _, post in batch])
+                for (due, _), request in zip(batch, requests, strict=True):
+                    await request.result_soon()
+                    latencies.append(time.perf_counter() - due)
 
     with trio.fail_after(INGEST_LIMIT_S):
         async with trio.open_nursery() as nursery:
             lanes = []
             for channel in range(channels):
-                send, receive = trio.open_memory_channel[tuple[int, float]](math.inf)
+                send, receive = trio.open_memory_channel[tuple[float, Post]](math.inf)
                 lanes.append(send)
-                nursery.start_soon(sender, receive, StreamId(GUILD, first_channel + channel))
+                nursery.start_soon(lane, StreamId(GUILD, first_channel + channel), receive)
             position = 0
             while position < len(posts):
                 now = time.perf_counter()
                 while position < len(posts) and (due := started + position / rate) <= now:
-                    lanes[position % channels].send_nowait((position, due))
+                    lanes[position % channels].send_nowait((due, posts[position]))
                     position += 1
                 if position < len(posts):
                     next_due = started + position / rate
@@ -350,7 +382,7 @@ def main() -> int:
     )
     parser.add_argument(
         "--window", type=int, default=WINDOW,
-        help="messages of a channel queued behind the one being stored (default %(default)s)",
+        help="messages a channel's lane holds before the feed waits (default %(default)s)",
     )
     args = parser.parse_args()
     if not args.export.exists():
