@@ -45,6 +45,8 @@ class MemoryTables:
         entries = self.data[table]
         if len(entries) != len(rows):
             return False
+        if list(entries.items()) == rows:  # written in key order, as a replay writes most
+            return True
         found = map(entries.get, map(itemgetter(0), rows))
         return all(map(eq, found, map(itemgetter(1), rows)))
 

@@ -22,14 +22,14 @@ import struct
 import sys
 from array import array
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
 import msgspec
 
 from eva.core.keys import StreamId, Table, stream_prefix
-from eva.core.terms import term_bytes
+from eva.core.terms import MAX_TERM_CHARS, term_bytes
 
 if TYPE_CHECKING:  # the projector imports this module
     from eva.core.projection import Tables
@@ -110,7 +110,7 @@ class _BucketChanges:
     """What one buffer changes in one bucket of one stream, while it is gathered."""
 
     # term -> the records of the messages added, in offset order
-    added: dict[bytes, list[bytes]] = field(default_factory=dict)
+    added: dict[bytes, bytes] = field(default_factory=dict)
     # term -> offsets of removed messages that held it
     removed: defaultdict[bytes, set[int]] = field(default_factory=lambda: defaultdict(set))
     docs: int = 0  # change in indexed messages
@@ -138,11 +138,15 @@ class _StreamChanges:
                     bucket.removed[word].add(offset)
                 bucket.docs -= 1
                 bucket.length -= min(len(words), _MAX_LENGTH)
-        _gather_added(buckets, sorted(self.added.items()))
+        for number, added, docs, length in _gather(sorted(self.added.items()), term_bytes):
+            bucket = buckets[number]
+            bucket.added = added
+            bucket.docs += docs
+            bucket.length += length
         return [
             PreparedBucket(
                 number,
-                dict(zip(bucket.added, map(b"".join, bucket.added.values()), strict=True)),
+                bucket.added,
                 {term: sorted(offsets) for term, offsets in bucket.removed.items()},
                 bucket.docs,
                 bucket.length,
@@ -151,29 +155,41 @@ class _StreamChanges:
         ]
 
 
-def _gather_added(
-    buckets: defaultdict[int, _BucketChanges], texts: Iterable[tuple[int, str]]
-) -> None:
-    """Add the records of `texts` ((index, text) in index order) to their buckets.
+Gathered = tuple[int, dict[bytes, bytes], int, int]
+"""One bucket's postings of added texts: (bucket, term -> records, messages, summed length)."""
+
+
+def gather_python(
+    texts: Sequence[tuple[int, str]], words_of: Callable[[str], list[bytes]] = term_bytes
+) -> list[Gathered]:
+    """The postings of `texts` ((index, text) in increasing index order), bucket by bucket.
 
     Each message appends its record once to the list of each of its words;
-    the lists stay in offset order. This loop is most of the index's cost.
+    the lists stay in offset order, and the terms in the order they first
+    occur. `eva.core._postings.gather` gives the same, in C; this is the
+    loop it replaces, for a Python built without it.
     """
+    gathered: list[Gathered] = []
     number = -1
-    bucket = _BucketChanges()
     postings: dict[bytes, list[bytes]] = {}
+    docs = length_sum = 0
     pack = _POSTING.pack
+
+    def close_bucket() -> None:
+        if number >= 0:
+            joined = dict(zip(postings, map(b"".join, postings.values()), strict=True))
+            gathered.append((number, joined, docs, length_sum))
+
     for index, text in texts:
-        words = term_bytes(text)
+        words = words_of(text)
         if not words:
             continue
         if index >> BUCKET_BITS != number:
-            number = index >> BUCKET_BITS
-            bucket = buckets[number]
-            postings = bucket.added
+            close_bucket()
+            number, postings, docs, length_sum = index >> BUCKET_BITS, {}, 0, 0
         length = min(len(words), _MAX_LENGTH)
-        bucket.docs += 1
-        bucket.length += length
+        docs += 1
+        length_sum += length
         record = pack(index & _OFFSET_MASK, length, 1)
         repeats: dict[bytes, int] | None = None
         get = postings.get
@@ -190,6 +206,33 @@ def _gather_added(
         if repeats is not None:  # the record in those words' lists carries how often
             for word, tf in repeats.items():
                 postings[word][-1] = pack(index & _OFFSET_MASK, length, min(tf, _MAX_TF))
+    close_bucket()
+    return gathered
+
+
+Gather = Callable[[Sequence[tuple[int, str]], Callable[[str], list[bytes]]], list[Gathered]]
+
+
+def _native_gather() -> Gather | None:
+    """The C twin of `gather_python`, if this install built it and it lays records out alike."""
+    try:
+        from eva.core import _postings
+    except ImportError:
+        return None
+    layout = (BUCKET_BITS, MAX_TERM_CHARS, _MAX_LENGTH, _MAX_TF, _POSTING.size)
+    native = (
+        _postings.BUCKET_BITS,
+        _postings.MAX_TERM_CHARS,
+        _postings.MAX_LENGTH,
+        _postings.MAX_TF,
+        _postings.RECORD_SIZE,
+    )
+    if native != layout:
+        raise ImportError(f"eva.core._postings lays records out as {native}, not {layout}")
+    return _postings.gather
+
+
+_gather: Gather = _native_gather() or gather_python
 
 
 class StreamTexts(msgspec.Struct, array_like=True):

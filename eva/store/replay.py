@@ -95,16 +95,20 @@ def _rebuild_and_digest(
     prefix = keys.stream_prefix(stream)
     end = keys.prefix_end(prefix)
     with store.backend.reading() as tables:
+        # The live rows first, so that the worker reads the live postings while
+        # the rebuild here is under way, and only compares once it has the last
+        # of its buffers.
+        live_rows = projection_rows(tables, stream)
+        encoded = {table: encoded_rows(rows) for table, rows in live_rows.items()}
+        if worker is not None:
+            worker.send_live(encoded[POSTINGS])
         rebuilt_tables = rebuild(
             stream,
             tables.scan("events", prefix, end),
             progress,
             None if worker is None else worker.write,
         )
-        live_rows = projection_rows(tables, stream)
-    encoded = {table: encoded_rows(rows) for table, rows in live_rows.items()}
     if worker is not None:
-        worker.send_live(encoded[POSTINGS])
         _prepare_the_latest(worker)
     live: TableDigests = {table: encoded_digest(data) for table, data in encoded.items()}
     rebuilt = rebuilt_digests(rebuilt_tables, live_rows, live)
