@@ -14,10 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from eva.core.digest import encoded_rows, table_digest
 from eva.core.events import MessageDeleted, MessageEdited, MessagePosted, MessagesErased
 from eva.core.keys import StreamId, prefix_end, stream_prefix
+from eva.core.memtables import MemoryTables
 from eva.core.projection import Tables
-from eva.core.recall_index import PostingBuffer, PreparedStream
+from eva.core.recall_index import POSTINGS, PostingBuffer, PreparedStream
 from eva.core.replay import POSTINGS_BATCH
 from eva.store import index_worker, lmdb_kv
 from eva.store import replay as replay_module
@@ -185,3 +187,23 @@ def test_a_replay_that_stops_while_preparing_does_not_wait_for_its_worker(
     assert time.monotonic() - started < 30
     with pytest.raises(ChildProcessError):
         os.waitpid(-1, os.WNOHANG)
+
+
+def test_a_comparison_asked_early_and_twice_is_answered_once() -> None:
+    # Replay asks before it digests its own tables, then waits for the answer.
+    buffer = PostingBuffer()
+    buffer.add(STREAM, 0, "atomic swap")
+    buffer.add(STREAM, 1, "swap again")
+    built = MemoryTables()
+    buffer.flush(built)
+    live = encoded_rows(built.rows(POSTINGS))
+    with index_worker.open_index_worker() as worker:
+        worker.send_live(live)
+        worker.write(buffer)
+        worker.ask_compare()
+        worker.ask_compare()
+        assert worker.compare() is None
+    with index_worker.open_index_worker() as worker:
+        worker.send_live(live)
+        worker.ask_compare()  # before any change: the worker holds no postings
+        assert worker.compare() == table_digest([])

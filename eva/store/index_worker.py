@@ -100,6 +100,7 @@ class IndexWorker:
         self._pending: deque[_Item] = deque()
         self._changed = threading.Condition()
         self._stopping = False
+        self._asked = False
         self._sender = threading.Thread(target=self._send_all, name="index-worker-sender")
         self._sender.start()
 
@@ -133,13 +134,21 @@ class IndexWorker:
         made them; returns at once."""
         self._queue(_frame(_encoder.encode(_Live(msgspec.Raw(live)))))
 
+    def ask_compare(self) -> None:
+        """Ask for the comparison once every change is handed over; returns at once,
+        so the worker compares while the caller goes on (see `compare`)."""
+        if not self._asked:
+            self._asked = True
+            self._queue(_frame(_encoder.encode(_Compare())))
+
     def compare(self) -> bytes | None:
         """Whether the stream's postings, once every change is written, are the live ones.
 
         None if they are, byte for byte; else the `table_digest` of the
-        rebuilt postings. The worker then leaves.
+        rebuilt postings. Asks first if `ask_compare` was not called. The
+        worker then leaves.
         """
-        self._queue(_frame(_encoder.encode(_Compare())))
+        self.ask_compare()
         answer = _read_frame(self._answers)
         if answer is None:
             raise IndexWorkerError("the index worker stopped before it answered")

@@ -110,6 +110,7 @@ def _rebuild_and_digest(
         )
     if worker is not None:
         _prepare_the_latest(worker)
+        worker.ask_compare()  # it compares while the digests are made here
     live: TableDigests = {table: encoded_digest(data) for table, data in encoded.items()}
     rebuilt = rebuilt_digests(rebuilt_tables, live_rows, live)
     meta = read_meta(rebuilt_tables, stream)
