@@ -101,22 +101,22 @@ class LineSizes:
             self.sizes[address] = len(text.encode())
 
     def learn(self, lines: Iterable[LineWritten]) -> None:
-        """Measure lines as they are written, so a publish need not read them back.
+        """Render lines as they are written, so a publish need not read them back.
 
-        Only their sizes (most lines are merged away before they could be shown): the
-        texts of the lines that end up in the row are read once the row is chosen.
-        Nothing is learnt before the zone is known.
+        The texts are kept until the next publish keeps only its row's (`keep`):
+        most lines written between two publishes are new leaves that go into the
+        row, and the prompt reads them from here. Nothing is learnt before the
+        zone is known.
         """
         zone = self.zone
         if zone is None:
             return
-        sizes = self.sizes
+        sizes, texts = self.sizes, self.texts
         for line in lines:
             address = Address._make((line.start, line.size))
-            self.texts.pop(address, None)
-            sizes[address] = utf8_size(
-                render_line(address, line.text, line.first_ms, line.last_ms, zone)
-            )
+            text = render_line(address, line.text, line.first_ms, line.last_ms, zone)
+            texts[address] = text
+            sizes[address] = utf8_size(text)
 
     def keep(self, row: Sequence[Address]) -> None:
         """Drop every line but those of `row`, and the sizes of all but the lines above it."""
