@@ -382,6 +382,25 @@ class StoreContract:
                 wanted = [(key, key + b"!") for key in stored if start <= key < stop]
                 assert list(tables.scan("ready", start, stop)) == wanted
 
+    def test_tables_tell_whether_they_hold_any_of_some_keys(self, store: EventStore) -> None:
+        def staged(tables: Tables) -> list[bool]:
+            tables.put("ready", b"new", b"")
+            tables.delete("ready", b"gone")
+            return [
+                tables.holds_any("ready", [b"x", b"new"]),
+                tables.holds_any("ready", [b"gone"]),
+                tables.holds_any("ready", iter([b"kept", b"y"])),
+                tables.holds_any("ready", []),
+                tables.holds_any("lines", [b"kept"]),  # another table
+            ]
+
+        stored = [(b"gone", b""), (b"kept", b"")]
+        store.backend.write(lambda tables: tables.put_many("ready", stored))
+        assert store.backend.write(staged) == [True, False, True, False, False]
+        with store.backend.reading() as tables:
+            assert tables.holds_any("ready", [b"a", b"new", b"b"])
+            assert not tables.holds_any("ready", [b"gone", b"kep", b"kept!"])
+
     def test_reads_in_chunks(self, store: EventStore) -> None:
         count = READ_CHUNK * 2 + 17
         tools = [ToolCalled(at_ms=i, name="t") for i in range(count)]

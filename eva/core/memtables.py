@@ -29,6 +29,9 @@ class MemoryTables:
     def delete(self, table: Table, key: bytes) -> None:
         self.data[table].pop(key, None)
 
+    def holds_any(self, table: Table, keys: Iterable[bytes]) -> bool:
+        return not self.data[table].keys().isdisjoint(keys)
+
     def scan(self, table: Table, start: bytes, stop: bytes) -> Iterator[tuple[bytes, bytes]]:
         rows = self.data[table]
         for key in sorted(k for k in rows if start <= k < stop):
@@ -79,6 +82,9 @@ class OverlayTables:
 
     def delete(self, table: Table, key: bytes) -> None:
         self._staged[table][key] = None
+
+    def holds_any(self, table: Table, keys: Iterable[bytes]) -> bool:
+        return any(self.get(table, key) is not None for key in keys)
 
     def scan(self, table: Table, start: bytes, stop: bytes) -> Iterator[tuple[bytes, bytes]]:
         staged = self._staged[table]

@@ -53,6 +53,10 @@ class Tables(Protocol):
 
     def delete(self, table: Table, key: bytes) -> None: ...
 
+    def holds_any(self, table: Table, keys: Iterable[bytes]) -> bool:
+        """Whether the table holds at least one of `keys`."""
+        ...
+
     def scan(self, table: Table, start: bytes, stop: bytes) -> Iterator[tuple[bytes, bytes]]:
         """Entries with start <= key < stop, in key order."""
         ...
@@ -206,7 +210,7 @@ class Projector:
             or [event.index for event in events] != list(range(first_index, first_index + count))
             or len(id_keys) != count
             or len(set(ids)) != count
-            or any(tables.get("discord_ids", key) is not None for key in id_keys)
+            or tables.holds_any("discord_ids", id_keys)
         ):  # something does not fit: find and report it as `apply` does
             for offset, event in enumerate(events):
                 self.apply(stream, first_seq + offset, event)

@@ -59,6 +59,10 @@ class LmdbTables:
     def delete(self, table: Table, key: bytes) -> None:
         self._txn.delete(key, db=self._dbs[table])
 
+    def holds_any(self, table: Table, keys: Iterable[bytes]) -> bool:
+        get, db = self._txn.get, self._dbs[table]
+        return any(get(key, db=db) is not None for key in keys)
+
     def scan(self, table: Table, start: bytes, stop: bytes) -> Iterator[tuple[bytes, bytes]]:
         """Entries with start <= key < stop, in key order, iterated in C."""
         db = self._dbs[table]
