@@ -613,7 +613,12 @@ class ChannelActor:
         await self.shared.writer.append(self.stream, events)
 
     async def _append(self, stream: StreamId, events: Sequence[AnyEvent]) -> Appended:
-        """The `Append` that compression and publishing write through."""
-        appended = await self.shared.writer.append(stream, events)
-        self.sizes.learn(event for event in events if isinstance(event, LineWritten))
-        return appended
+        """The `Append` that compression and publishing write through.
+
+        The lines written are measured as they are stored, so that a publish
+        that reads them in the stream's record already has their sizes.
+        """
+        lines = [event for event in events if isinstance(event, LineWritten)]
+        if not lines:
+            return await self.shared.writer.append(stream, events)
+        return await self.shared.writer.append(stream, events, lambda: self.sizes.learn(lines))

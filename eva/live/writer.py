@@ -7,7 +7,7 @@
 # the transaction lives and dies inside the thread.
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
@@ -24,6 +24,7 @@ MAX_GROUP = 512
 @dataclass(slots=True)
 class _Request:
     batch: Batch
+    on_stored: Callable[[], None] | None = None
     done: trio.Event = field(default_factory=trio.Event)
     result: Appended | Rejected | None = None
     error: BaseException | None = None
@@ -51,9 +52,19 @@ class Writer:
         self._largest = 0
         self._paused = trio.Lock()
 
-    async def append(self, stream: StreamId, events: Sequence[AnyEvent]) -> Appended:
-        """Append `events` to `stream` atomically; raises Rejected if they do not fit."""
-        request = _Request(Batch(stream, list(events)))
+    async def append(
+        self,
+        stream: StreamId,
+        events: Sequence[AnyEvent],
+        on_stored: Callable[[], None] | None = None,
+    ) -> Appended:
+        """Append `events` to `stream` atomically; raises Rejected if they do not fit.
+
+        `on_stored` is called once they are durable, before any task that waits
+        on the commit runs (and not if they are refused), so that what a caller
+        keeps beside the store is never behind what another task reads there.
+        """
+        request = _Request(Batch(stream, list(events)), on_stored)
         await self._send.send(request)
         await request.done.wait()
         if request.error is not None:
@@ -102,6 +113,8 @@ class Writer:
         self._largest = max(self._largest, len(group))
         for request, result in zip(group, results, strict=True):
             request.result = result
+            if request.on_stored is not None and not isinstance(result, Rejected):
+                request.on_stored()
             request.done.set()
 
     def close(self) -> None:

@@ -119,15 +119,23 @@ class LineSizes:
             sizes[address] = utf8_size(text)
 
     def keep(self, row: Sequence[Address]) -> None:
-        """Drop every line but those of `row`, and the sizes of all but the lines above it."""
-        self.texts = {a: self.texts[a] for a in row if a in self.texts}
-        sizes = self.sizes
+        """Drop every line but those of `row` and those past its end, and the sizes of
+        all but those and the lines above the row's.
+
+        A line past the row's end was written while the row was being chosen (the
+        channel's compression goes on meanwhile): the next publish adds it.
+        """
+        end = row[-1].start + row[-1].size if row else 0
+        texts, sizes = self.texts, self.sizes
+        kept_texts = {a: texts[a] for a in row if a in texts}
+        kept_texts.update((a, text) for a, text in texts.items() if a.start >= end)
         kept: dict[Address, int] = {}
         for address in row:
             while address not in kept and address in sizes:
                 kept[address] = sizes[address]
                 address = parent(address)
-        self.sizes = kept
+        kept.update((a, size) for a, size in sizes.items() if a.start >= end)
+        self.texts, self.sizes = kept_texts, kept
 
     def forget(self, addresses: set[Address]) -> None:
         for address in addresses:
