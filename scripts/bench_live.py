@@ -13,7 +13,9 @@ fresh channels at steady rates (--paced-rates, open loop; the first
 --paced-messages of them at each rate) to time input to durable at loads
 below saturation. Then it times GetPrompt on channels kept
 awake by the questions, and, in a fresh directory first thing in the process,
-measures what a sleeping channel costs in memory. The garbage collector is set
+measures what a sleeping channel costs in memory. Commits are made by a write
+process, as serving makes them (`--writer thread`: in a thread of this
+process). The garbage collector is set
 as Eva's serving processes set it (eva.live.collector), the loaded sample frozen
 like their start-up. The last line printed is one JSON object.
 
@@ -54,6 +56,9 @@ from eva.store.lmdb_kv import open_backend
 SAMPLE = Path(__file__).resolve().parents[2] / "shared" / "data" / "komodo-talk-general.dce.json.gz"
 GUILD = 1
 IDLE_SECONDS = 0.5
+WRITE_PROCESS = True
+"""Commit in a write process, as serving does by default (eva.store.write_process);
+`--writer thread` commits in a thread of this process instead."""
 QUIET_MS = 1000
 INGEST_LIMIT_S = 600.0
 STEP_LIMIT_S = 120.0
@@ -259,7 +264,7 @@ async def ingest_phase(
     """Ingest into `channels` channels, let compression finish, time prompts, let them sleep."""
     store = EventStore(open_backend(data))
     by_channel = spread(posts, channels, first_channel=1)
-    live = LiveSettings(idle_seconds=IDLE_SECONDS)
+    live = LiveSettings(idle_seconds=IDLE_SECONDS, write_process=WRITE_PROCESS)
     rng = random.Random(7)
     async with open_supervisor(store, OfflineSummarizer(), settings, live) as supervisor:
         seconds, latencies = await ingest(supervisor, by_channel, window)
@@ -337,7 +342,7 @@ async def sleeping_phase(data: Path, posts: Sequence[Post], channels: int) -> di
     """
     store = EventStore(open_backend(data))
     settings = MemorySettings()
-    live = LiveSettings(idle_seconds=IDLE_SECONDS)
+    live = LiveSettings(idle_seconds=IDLE_SECONDS, write_process=WRITE_PROCESS)
     async with open_supervisor(store, OfflineSummarizer(), settings, live) as supervisor:
         await ingest(supervisor, spread(posts[:2000], 20, first_channel=10_000_000))
         await wait_asleep(supervisor)
@@ -381,10 +386,16 @@ def main() -> int:
         help="messages offered at each steady rate (default %(default)s)",
     )
     parser.add_argument(
+        "--writer", choices=("process", "thread"), default="process",
+        help="commit in a write process (the default, as serving does) or in a thread",
+    )
+    parser.add_argument(
         "--window", type=int, default=WINDOW,
         help="messages a channel's lane holds before the feed waits (default %(default)s)",
     )
     args = parser.parse_args()
+    global WRITE_PROCESS
+    WRITE_PROCESS = args.writer == "process"
     if not args.export.exists():
         print(f"no sample at {args.export}; nothing to measure", file=sys.stderr)
         return 0
@@ -433,6 +444,7 @@ def main() -> int:
         "anon_per_channel_kb": sleeping["anon_per_channel_kb"],
         "sleeping_channels": sleeping["sleeping_channels"],
         "window": args.window,
+        "writer": args.writer,
         "settings": {
             "default_phase": {"compress_at_bytes": default.compress_at_bytes,
                               "quiet_ms": default.quiet_ms},

@@ -54,7 +54,9 @@ SMALL = MemorySettings(
 # One task per model request: no merge waits in the ready queue to fill a request,
 # so once the model answers again the queue must run empty.
 ONE_TASK = msgspec.structs.replace(SMALL, tasks_per_request=1)
-LIVE = LiveSettings()
+# Commits in a thread of this process: `hold_clock` sees each one start (a write
+# process commits unseen by WatchedStore; tests/test_write_process.py tests it).
+LIVE = LiveSettings(write_process=False)
 STREAM = StreamId(1, 2)
 
 
@@ -500,7 +502,7 @@ async def test_a_failing_hanging_model_never_blocks_the_chat(
     tmp_path: Path, autojump_clock: Any
 ) -> None:
     store = fresh_store(tmp_path)
-    live = LiveSettings(model_timeout_seconds=30, retry_most_seconds=300)
+    live = LiveSettings(model_timeout_seconds=30, retry_most_seconds=300, write_process=False)
     model = ChaosModel(random.Random(7), live.model_timeout_seconds)
     streams = [StreamId(3, c) for c in (1, 2, 3)]
     count = 150
@@ -585,7 +587,7 @@ async def test_full_inboxes_slow_senders_down_and_drop_nothing(
     tmp_path: Path, autojump_clock: Any
 ) -> None:
     store = fresh_store(tmp_path)
-    live = LiveSettings(inbox_capacity=2, writer_capacity=1)
+    live = LiveSettings(inbox_capacity=2, writer_capacity=1, write_process=False)
     streams = [StreamId(5, 1), StreamId(5, 2)]
     senders = POST_BATCH + 30
     done: list[tuple[StreamId, int]] = []

@@ -4,7 +4,11 @@
 # one write transaction for all the requests that arrived together in a worker
 # thread (so the trio loop never waits on a commit), and answers each sender
 # once its events are durable. No task awaits while it holds a transaction:
-# the transaction lives and dies inside the thread.
+# the transaction lives and dies inside the thread. With a write process
+# (eva.store.write_process), a thread only hands the group to it and another
+# waits for the answer; the commit runs on another core, and the next group
+# is handed over while one is committed, so the child need not wait for
+# this process to take an answer in before it starts the next.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -17,8 +21,12 @@ from eva.core.events import AnyEvent
 from eva.core.keys import StreamId
 from eva.core.projection import Rejected
 from eva.store.event_store import Appended, Batch, EventStore
+from eva.store.lmdb_kv import LmdbBackend
+from eva.store.write_process import Submitted, WriteProcess
 
 MAX_GROUP = 512
+IN_FLIGHT = 2
+"""Groups handed to a write process at once: it commits the next while this one is answered."""
 
 
 @dataclass(slots=True)
@@ -43,14 +51,18 @@ class WriterStatistics:
 class Writer:
     """Appends events for any channel; `append` returns once they are durable."""
 
-    def __init__(self, store: EventStore, capacity: int) -> None:
+    def __init__(
+        self, store: EventStore, capacity: int, process: WriteProcess | None = None
+    ) -> None:
         self.store = store
+        self.process = process
         self._send, self._receive = trio.open_memory_channel[_Request](capacity)
         self._commits = 0
         self._appends = 0
         self._events = 0
         self._largest = 0
         self._paused = trio.Lock()
+        self._in_flight = trio.Semaphore(IN_FLIGHT)
 
     async def append(
         self,
@@ -81,11 +93,21 @@ class Writer:
     async def paused(self) -> AsyncIterator[None]:
         """Hold every commit until the block ends (for swapping the data file)."""
         async with self._paused:
-            yield
+            if self.process is None:
+                yield
+                return
+            for _ in range(IN_FLIGHT):  # every group handed over is answered
+                await self._in_flight.acquire()
+            try:  # the child holds the data file open: it starts again after
+                await trio.to_thread.run_sync(self.process.suspend)
+                yield
+            finally:
+                for _ in range(IN_FLIGHT):
+                    self._in_flight.release()
 
     async def run(self) -> None:
         """Commit requests in groups until the channel closes; then finish what is queued."""
-        async with self._receive:
+        async with self._receive, trio.open_nursery() as answering:
             async for first in self._receive:
                 group = [first]
                 while len(group) < MAX_GROUP:
@@ -94,22 +116,64 @@ class Writer:
                     except (trio.WouldBlock, trio.EndOfChannel):
                         break
                 async with self._paused:
-                    await self._commit(group)
+                    if self.process is None:
+                        await self._commit(group)
+                    else:
+                        await self._submit(group, answering)
 
     async def _commit(self, group: list[_Request]) -> None:
+        """Commit a group in a worker thread of this process."""
         batches = [request.batch for request in group]
         try:
             results = await trio.to_thread.run_sync(self.store.append_many, batches)
-        except BaseException as error:  # answer every sender, then let the writer carry on
-            for request in group:
-                request.error = error
-                request.done.set()
+        except BaseException as error:
+            self._fail(group, error)
             if not isinstance(error, Exception):
                 raise
             return
+        self._answer(group, results)
+
+    async def _submit(self, group: list[_Request], answering: trio.Nursery) -> None:
+        """Hand a group to the write process, to be answered by a task of `answering`
+        once committed; up to IN_FLIGHT groups are handed over at once."""
+        process = self.process
+        assert process is not None
+        await self._in_flight.acquire()
+        try:
+            process.start()  # from this thread: the child lives as long as it does
+            submitted = await trio.to_thread.run_sync(
+                process.submit, [request.batch for request in group]
+            )
+        except BaseException as error:
+            self._in_flight.release()
+            self._fail(group, error)
+            if not isinstance(error, Exception):
+                raise
+            return
+        answering.start_soon(self._wait, group, submitted)
+
+    async def _wait(self, group: list[_Request], submitted: Submitted) -> None:
+        process = self.process
+        assert process is not None
+        try:
+            results = await trio.to_thread.run_sync(process.wait, submitted)
+        except Exception as error:
+            self._fail(group, error)
+            return
+        finally:
+            self._in_flight.release()
+        self._answer(group, results)
+
+    def _fail(self, group: list[_Request], error: BaseException) -> None:
+        """Answer every sender with the error; the writer carries on."""
+        for request in group:
+            request.error = error
+            request.done.set()
+
+    def _answer(self, group: list[_Request], results: list[Appended | Rejected]) -> None:
         self._commits += 1
         self._appends += len(group)
-        self._events += sum(len(b.events) for b in batches)
+        self._events += sum(len(request.batch.events) for request in group)
         self._largest = max(self._largest, len(group))
         for request, result in zip(group, results, strict=True):
             request.result = result
@@ -123,12 +187,23 @@ class Writer:
 
 
 @asynccontextmanager
-async def open_writer(store: EventStore, capacity: int = 1024) -> AsyncIterator[Writer]:
-    """A running writer; on exit it commits what was queued and stops."""
-    writer = Writer(store, capacity)
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(writer.run)
-        try:
-            yield writer
-        finally:
-            writer.close()
+async def open_writer(
+    store: EventStore, capacity: int = 1024, process: bool = False
+) -> AsyncIterator[Writer]:
+    """A running writer; on exit it commits what was queued and stops.
+
+    With `process` and an LMDB store, a write process commits the groups.
+    """
+    backend = store.backend
+    child = WriteProcess(backend.path) if process and isinstance(backend, LmdbBackend) else None
+    writer = Writer(store, capacity, child)
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(writer.run)
+            try:
+                yield writer
+            finally:
+                writer.close()
+    finally:
+        if child is not None:
+            child.close()

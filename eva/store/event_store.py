@@ -56,9 +56,8 @@ class StoredMessage:
     deleted: bool
 
 
-def write_batch(tables: Tables, projector: Projector, batch: Batch) -> Appended:
-    """Append one batch inside an open write transaction."""
-    first = projector.meta(batch.stream).position
+def stored_events(batch: Batch) -> list[bytes]:
+    """The bytes the log stores for a batch's events; Rejected if one cannot be stored."""
     stored = []
     for offset, event in enumerate(batch.events):
         try:
@@ -67,6 +66,17 @@ def write_batch(tables: Tables, projector: Projector, batch: Batch) -> Appended:
             raise Rejected(
                 f"{batch.stream}: event {offset} of the batch cannot be stored: {error}"
             ) from error
+    return stored
+
+
+def write_batch(
+    tables: Tables, projector: Projector, batch: Batch, stored: list[bytes] | None = None
+) -> Appended:
+    """Append one batch inside an open write transaction (`stored`: its `stored_events`,
+    if made already)."""
+    first = projector.meta(batch.stream).position
+    if stored is None:
+        stored = stored_events(batch)
     count = len(stored)
     tables.put_many("events", zip(keys.event_keys(batch.stream, first, count), stored, strict=True))
     projector.apply_all(batch.stream, first, batch.events)
@@ -88,22 +98,30 @@ class EventStore:
             raise result
         return result
 
-    def append_many(self, batches: Sequence[Batch]) -> list[Appended | Rejected]:
+    def append_many(
+        self, batches: Sequence[Batch], stored: Sequence[list[bytes]] | None = None
+    ) -> list[Appended | Rejected]:
         """Append many batches in one transaction (group commit).
 
         Each batch lands whole or is refused whole; a refused batch is answered
-        with its `Rejected` error and does not stop the others.
+        with its `Rejected` error and does not stop the others. `stored`, if
+        given, holds each batch's events encoded already.
         """
         refused: dict[int, Rejected] = {}
         while True:
             try:
-                return self.backend.write(lambda tables: self._write_all(tables, batches, refused))
+                return self.backend.write(
+                    lambda tables: self._write_all(tables, batches, refused, stored)
+                )
             except _BatchRefused as refusal:
                 refused[refusal.position] = refusal.error
 
     @staticmethod
     def _write_all(
-        tables: Tables, batches: Sequence[Batch], refused: dict[int, Rejected]
+        tables: Tables,
+        batches: Sequence[Batch],
+        refused: dict[int, Rejected],
+        stored: Sequence[list[bytes]] | None = None,
     ) -> list[Appended | Rejected]:
         projector = Projector(tables)
         results: list[Appended | Rejected] = []
@@ -113,7 +131,8 @@ class EventStore:
                 results.append(error)
                 continue
             try:
-                results.append(write_batch(tables, projector, batch))
+                encoded = None if stored is None else stored[position]
+                results.append(write_batch(tables, projector, batch, encoded))
             except Rejected as exc:
                 raise _BatchRefused(position, exc) from exc
         projector.flush()

@@ -18,7 +18,6 @@
 from __future__ import annotations
 
 import os
-import struct
 import subprocess
 import sys
 import threading
@@ -29,7 +28,6 @@ from typing import IO, NoReturn
 
 import msgspec
 
-import eva
 from eva.core.digest import table_digest
 from eva.core.memtables import MemoryTables
 from eva.core.recall_index import (
@@ -40,15 +38,12 @@ from eva.core.recall_index import (
     write_prepared,
 )
 from eva.store.no_gc import no_cyclic_gc
-
-# The packages the worker imports from outside the standard library.
-_IMPORTED = (eva, msgspec)
+from eva.store.pipes import child_command, child_env, frame, read_frame
 
 # Without `site` (-S): the worker's start is on a replay's critical path, and a
 # third of it (some 20 ms here) is site finding packages that this process has
-# found already. The worker is given this process's import path instead.
-WORKER_COMMAND = [sys.executable, "-S", "-m", "eva.store.index_worker"]
-_LENGTH = struct.Struct(">I")
+# found already (see eva.store.pipes).
+WORKER_COMMAND = child_command("eva.store.index_worker")
 
 
 class _Write(msgspec.Struct, tag="write", array_like=True):
@@ -131,22 +126,22 @@ class IndexWorker:
 
     def fill(self, slot: _Slot, prepared: list[PreparedStream]) -> None:
         """Put changes prepared here (see `PostingBuffer.prepare`) in a buffer's place."""
-        frame = _frame(_encoder.encode(_WritePrepared(prepared)))
+        prepared_frame = frame(_encoder.encode(_WritePrepared(prepared)))
         with self._changed:
-            slot.frame = frame
+            slot.frame = prepared_frame
             self._changed.notify()
 
     def send_live(self, live: bytes) -> None:
         """Hand over the live postings the rebuilt ones are to equal, as `encoded_rows`
         made them; returns at once."""
-        self._queue(_frame(_encoder.encode(_Live(msgspec.Raw(live)))))
+        self._queue(frame(_encoder.encode(_Live(msgspec.Raw(live)))))
 
     def ask_compare(self) -> None:
         """Ask for the comparison once every change is handed over; returns at once,
         so the worker compares while the caller goes on (see `compare`)."""
         if not self._asked:
             self._asked = True
-            self._queue(_frame(_encoder.encode(_Compare())))
+            self._queue(frame(_encoder.encode(_Compare())))
 
     def compare(self) -> bytes | None:
         """Whether the stream's postings, once every change is written, are the live ones.
@@ -156,7 +151,7 @@ class IndexWorker:
         worker then leaves.
         """
         self.ask_compare()
-        answer = _read_frame(self._answers)
+        answer = read_frame(self._answers)
         if answer is None:
             raise IndexWorkerError("the index worker stopped before it answered")
         return answer or None
@@ -181,8 +176,8 @@ class IndexWorker:
     def _send_all(self) -> None:
         try:
             with self._requests:
-                while (frame := self._next_frame()) is not None:
-                    self._requests.write(frame)
+                while (request := self._next_frame()) is not None:
+                    self._requests.write(request)
                     self._requests.flush()
         except OSError:  # the worker is gone; `compare` reports it
             pass
@@ -195,7 +190,7 @@ class IndexWorker:
                 return None
             item = self._pending.popleft()
         if isinstance(item, PostingBuffer):
-            return _frame(_encoder.encode(_Write(item.changes())))
+            return frame(_encoder.encode(_Write(item.changes())))
         if isinstance(item, _Slot):
             return item.frame
         return item
@@ -210,7 +205,7 @@ class IndexWorker:
 def open_index_worker() -> Iterator[IndexWorker]:
     """A worker process, waited for when the block ends (killed if the block raised)."""
     process = subprocess.Popen(
-        WORKER_COMMAND, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=_worker_env()
+        WORKER_COMMAND, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=child_env()
     )
     worker = IndexWorker(process)
     try:
@@ -221,21 +216,11 @@ def open_index_worker() -> Iterator[IndexWorker]:
     worker.close()
 
 
-def _worker_env() -> dict[str, str]:
-    """This process's environment, with the directories it imports eva and msgspec from
-    first on the worker's import path."""
-    found = [os.path.dirname(os.path.dirname(module.__file__ or "")) for module in _IMPORTED]
-    path = [*found, *(entry for entry in sys.path if os.path.isdir(entry))]
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(path))
-    return env
-
-
 def serve(requests: IO[bytes], answers: IO[bytes]) -> None:
     """The worker's side: write changes as they come, answer the comparison, return."""
     tables = MemoryTables()
     live: list[tuple[bytes, bytes]] = []
-    while (body := _read_frame(requests)) is not None:
+    while (body := read_frame(requests)) is not None:
         match _decoder.decode(body):
             case _Write(streams=streams):
                 PostingBuffer.of_changes(streams).flush(tables)
@@ -245,25 +230,9 @@ def serve(requests: IO[bytes], answers: IO[bytes]) -> None:
                 live = _rows_decoder.decode(rows)
             case _Compare():
                 same = tables.holds(POSTINGS, live)
-                answers.write(_frame(b"" if same else table_digest(tables.rows(POSTINGS))))
+                answers.write(frame(b"" if same else table_digest(tables.rows(POSTINGS))))
                 answers.flush()
                 return
-
-
-def _frame(body: bytes) -> bytes:
-    return _LENGTH.pack(len(body)) + body
-
-
-def _read_frame(source: IO[bytes]) -> bytes | None:
-    """The next frame's body, or None at the end of the input."""
-    header = source.read(_LENGTH.size)
-    if len(header) < _LENGTH.size:
-        return None
-    (length,) = _LENGTH.unpack(header)
-    body = source.read(length)
-    if len(body) < length:
-        return None
-    return body
 
 
 def main() -> NoReturn:
