@@ -18,6 +18,7 @@ from eva.core.render import (
     fits,
     flatten_line_breaks,
     join_glue,
+    local_date,
     render_line,
     render_message,
     render_row,
@@ -29,6 +30,34 @@ NEW_YORK = ZoneInfo("America/New_York")
 def ms(year: int, month: int, day: int, hour: int, minute: int, tz: tzinfo = UTC) -> int:
     """UTC milliseconds of a wall-clock time in `tz`."""
     return int(datetime(year, month, day, hour, minute, tzinfo=tz).timestamp()) * 1000
+
+
+# Zones whose offsets are not whole hours, change by half an hour, or skipped a day.
+ODD_ZONES = ["Asia/Kolkata", "Asia/Kathmandu", "Australia/Lord_Howe", "Pacific/Chatham",
+             "America/St_Johns", "Africa/Monrovia", "Pacific/Apia", "America/New_York"]
+
+
+@given(st.sampled_from(ODD_ZONES), st.integers(-2_000_000_000_000, 4_000_000_000_000))
+def test_local_date_is_the_date_the_zone_shows(zone: str, at_ms: int) -> None:
+    tz = ZoneInfo(zone)
+    expected = datetime.fromtimestamp(at_ms // 60_000 * 60, tz).date().isoformat()
+    assert local_date(at_ms, tz) == expected
+
+
+@pytest.mark.parametrize(
+    ("zone", "day"),
+    [("Australia/Lord_Howe", (2021, 4, 4)), ("Asia/Kathmandu", (1986, 1, 1)),
+     ("Africa/Monrovia", (1972, 1, 7)), ("Pacific/Apia", (2011, 12, 29)),
+     ("Asia/Kolkata", (2020, 6, 1))],
+)
+def test_local_date_is_right_at_every_minute_around_a_change(
+    zone: str, day: tuple[int, int, int]
+) -> None:
+    tz = ZoneInfo(zone)
+    start = int(datetime(*day, tzinfo=UTC).timestamp()) // 60 - 1440
+    for minute in range(start, start + 3 * 1440):
+        expected = datetime.fromtimestamp(minute * 60, tz).date().isoformat()
+        assert local_date(minute * 60_000 + 59_999, tz) == expected, minute
 
 
 def test_line_on_one_day_shows_one_date() -> None:

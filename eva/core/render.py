@@ -50,10 +50,28 @@ def flatten_line_breaks(text: str) -> str:
 def local_date(at_ms: int, tz: tzinfo = UTC) -> str:
     """The calendar date `YYYY-MM-DD` of a UTC millisecond time, seen in `tz`.
 
-    Worked out once per minute and zone (zone offsets are whole minutes since
-    long before chat existed), since a row renders many lines of one day.
+    Worked out once per UTC hour and zone where the date holds for the whole
+    hour, else once per minute (zone offsets are whole minutes since long
+    before chat existed), since a row renders many lines of one day.
     """
-    return _date_of_minute(at_ms // 60_000, tz)
+    minute = at_ms // 60_000
+    date = _date_of_hour(minute // 60, tz)
+    return date if date is not None else _date_of_minute(minute, tz)
+
+
+@lru_cache(maxsize=16384)
+def _date_of_hour(hour: int, tz: tzinfo) -> str | None:
+    """The date of every minute of a UTC hour in `tz`; None if it changes within the hour.
+
+    The offset is the same at the hour's first and last minute and no zone
+    changes its offset twice within an hour, so local time runs straight
+    through it: a date that is the same at both ends holds throughout.
+    """
+    first = (_EPOCH + timedelta(hours=hour)).astimezone(tz)
+    last = (_EPOCH + timedelta(hours=hour, minutes=59)).astimezone(tz)
+    if first.utcoffset() != last.utcoffset() or first.date() != last.date():
+        return None
+    return first.date().isoformat()
 
 
 @lru_cache(maxsize=16384)
