@@ -640,3 +640,31 @@ async def test_result_soon_takes_a_given_answer_without_a_checkpoint() -> None:
         nursery.start_soon(answer_later)
         with trio.testing.assert_checkpoints():
             assert await pending.result_soon() == 7  # it waits for an answer not given yet
+
+
+async def test_leaves_show_the_messages_as_edited_and_deleted_before_them(
+    tmp_path: Path, autojump_clock: Any
+) -> None:
+    # The actor keeps the messages it stored for the leaves; a change must reach them.
+    store = fresh_store(tmp_path)
+    async with running(store) as supervisor:
+        for index in range(6):
+            await supervisor.ask(STREAM, message(STREAM, index))
+        edit = Edit(message_id=message(STREAM, 2).message_id, at_ms=2, content="edited words")
+        assert await supervisor.ask(STREAM, edit) is True
+        gone = Delete(message_ids=(message(STREAM, 4).message_id,), at_ms=3)
+        assert await supervisor.ask(STREAM, gone) == 1
+        index = 6
+        while meta_of(store, STREAM).leaf_frontier < 6:  # until the early ones have leaves
+            await supervisor.ask(STREAM, message(STREAM, index))
+            index += 1
+        await trio.testing.wait_all_tasks_blocked()
+    leaves = {
+        event.start: event.text
+        for _, event in store.events(STREAM)
+        if isinstance(event, LineWritten) and event.size == 1
+    }
+    assert leaves[2] == f"{message(STREAM, 2).author_name}: edited words"
+    assert leaves[4] == ""  # an erased message leaves an empty leaf
+    assert leaves[3] == f"{message(STREAM, 3).author_name}: {message(STREAM, 3).content}"
+    assert replay_stream(store, STREAM).ok

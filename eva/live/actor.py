@@ -23,6 +23,7 @@ from eva.core.events import (
     LineWritten,
     MessageDeleted,
     MessageEdited,
+    MessagePosted,
     PublishReason,
     ToolCalled,
 )
@@ -61,7 +62,7 @@ from eva.memory.view import (
     row_lines,
     zoom,
 )
-from eva.store.event_store import Appended, EventStore
+from eva.store.event_store import Appended, EventStore, StoredMessage
 
 log = logging.getLogger(__name__)
 
@@ -158,6 +159,9 @@ class ChannelActor:
         self.row_text = RowText()
         self.sizes = LineSizes()
         self.tail = PromptTail()
+        # The messages this actor stored and compression has not made leaves of yet, as
+        # the store would read them back; dropped whole when any message changes.
+        self.unleafed: dict[int, StoredMessage] = {}
         self.stopped = False
         self.unfinished_upto = 0  # the cutoff of a run that left leaves undone
         self._quiet_timer_for = -math.inf
@@ -404,6 +408,11 @@ class ChannelActor:
         if not events:
             return indexes
         await self._write(events)
+        for event in events:
+            if isinstance(event, MessagePosted):
+                self.unleafed[event.index] = StoredMessage(
+                    event, event.content, event.attachments, event.edited_at_ms, False
+                )
         self._touch(max(post.at_ms for post in posts))
         meta: StreamMeta | None = self._meta()
         assert meta is not None
@@ -423,6 +432,7 @@ class ChannelActor:
         message = self.shared.store.message(self.stream, index)
         if message is None or message.deleted or message.content == edit.content:
             return False
+        self.unleafed.clear()  # before the edit lands: a run started now reads the store
         await self._write(
             [
                 MessageEdited(
@@ -452,6 +462,7 @@ class ChannelActor:
                 events.append(deleted)
                 texts.extend([message.content, *message.attachments])
         if events:
+            self.unleafed.clear()  # before the deletions land, as for an edit
             await self._write(events)
             self.tail.forget()
             self.shared.purge_later(self.stream, texts)
@@ -461,6 +472,7 @@ class ChannelActor:
     async def _forget(self, item: ForgetHere) -> StreamErased | None:
         """Erase a person here; compression is stopped first so no old text lands after."""
         await self._stop_compression()
+        self.unleafed.clear()
         erased = await erase_in_stream(
             self.shared.store,
             self.stream,
@@ -528,6 +540,7 @@ class ChannelActor:
                     )
                     self.sizes.clear()  # lines were made again: render them anew
                     self.row_text = RowText()
+                    self.unleafed.clear()
                 meta = self._meta()
                 upto = run_cutoff(shared.store, self.stream, shared.settings)
                 if meta is not None and not compression_due(meta, shared.settings):
@@ -543,7 +556,12 @@ class ChannelActor:
                     shared.wall_ms(),
                     upto,
                     urgent=False,
+                    unleafed=self.unleafed,
                 )
+                meta = self._meta()
+                if meta is not None:  # what has its leaf now is read no more
+                    for index in [i for i in self.unleafed if i < meta.leaf_frontier]:
+                        del self.unleafed[index]
                 if stats is None:
                     stats = more
                 else:

@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
 
@@ -79,6 +79,7 @@ class Run:
     # a line it writes lands in `written`, which is asked first.
     read: dict[Address, LineWritten] = field(default_factory=dict)
     absent: set[Address] = field(default_factory=set)
+    unleafed: Mapping[int, StoredMessage] | None = None
 
     def line(self, address: Address) -> LineWritten | None:
         """A line by address: one this run wrote, else the store's."""
@@ -138,6 +139,7 @@ async def compress(
     now_ms: int,
     upto: int,
     urgent: bool = True,
+    unleafed: Mapping[int, StoredMessage] | None = None,
 ) -> CompressStats:
     """Write the leaves of messages before `upto` and every merge that becomes ready.
 
@@ -146,9 +148,11 @@ async def compress(
     found from what was just written, never by scanning. Unless `urgent`,
     merges that would only make a request less than full wait in the ready
     queue for the next run (publishing needs leaves, not merges), so requests
-    carry a full `tasks_per_request` wherever they can.
+    carry a full `tasks_per_request` wherever they can. `unleafed` may hold the
+    messages the leaves are made of, as the store holds them now (a live actor
+    keeps those it stored); the store is read where it does not hold them all.
     """
-    run = Run(store, stream, append, settings, now_ms)
+    run = Run(store, stream, append, settings, now_ms, unleafed=unleafed)
     candidates = {Address(start, size) for start, size in store.ready(stream)}
     tasks, staged = await _leaves(run, upto)
     candidates |= _parents_ready(run, staged)
@@ -226,9 +230,7 @@ async def _leaves(run: Run, upto: int) -> tuple[list[Task], list[LineWritten]]:
     run.prefetch_leaves(meta.leaf_frontier, stop)
     lines: list[LineWritten] = []
     tasks: list[Task] = []
-    for count, (index, message) in enumerate(
-        run.store.messages(run.stream, meta.leaf_frontier, stop), 1
-    ):
+    for count, (index, message) in enumerate(_messages(run, meta.leaf_frontier, stop), 1):
         if count % STEP_CHUNK == 0:
             await trio.lowlevel.checkpoint()
         if run.line(Address(index, 1)) is not None:
@@ -239,6 +241,14 @@ async def _leaves(run: Run, upto: int) -> tuple[list[Task], list[LineWritten]]:
         else:
             lines.append(work)
     return tasks, stage(run, lines)
+
+
+def _messages(run: Run, start: int, stop: int) -> Iterable[tuple[int, StoredMessage]]:
+    """Messages start..stop-1 that are not erased, from `unleafed` if it has them all."""
+    known = run.unleafed
+    if known is not None and all(index in known for index in range(start, stop)):
+        return [(index, known[index]) for index in range(start, stop)]
+    return run.store.messages(run.stream, start, stop)
 
 
 def leaf_for(run: Run, index: int) -> LineWritten | LeafTask:
