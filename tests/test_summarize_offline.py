@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -16,6 +18,7 @@ from eva.core.summarize import (
     Summarizer,
     Summary,
     Task,
+    _pieces,
     offline_line,
     validate_line,
 )
@@ -176,3 +179,42 @@ def test_newly_ready_needs_the_sibling_and_all_leaves() -> None:
     lines.add(Address(3, 1))
     assert newly_ready(Address(3, 1), has_line, leaves=4) == Address(2, 2)
     assert newly_ready(Address(3, 1), has_line, leaves=3) is None
+
+
+_BREAKS = re.compile("\r\n|[\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029]| / ")
+_NAMED = re.compile(r"([^:\s][^:\n]{0,79}?): (.*)", re.DOTALL)
+
+
+def pieces_by_pattern(text: str) -> list[tuple[str | None, str]]:
+    """The rule of `_pieces` as two patterns: split at breaks and ` / `, then `Name: text`."""
+    found: list[tuple[str | None, str]] = []
+    for part in _BREAKS.split(text):
+        part = part.strip()
+        if part:
+            named = _NAMED.fullmatch(part)
+            found.append(
+                (None, part) if named is None
+                else (named.group(1).strip(), named.group(2).strip())
+            )
+    return found
+
+
+@given(
+    st.lists(
+        st.sampled_from(["Ann", ": ", ":", " / ", "/", "\n", "\r\n", "\r", "\u2028", " ", "\t",
+                         "x" * 79, "é", "http://a", "B o b", "\x85", "😀"]),
+        max_size=30,
+    )
+)
+def test_pieces_follow_their_rule(parts: list[str]) -> None:
+    text = "".join(parts)
+    assert [(p.name, p.body) for p in _pieces(text)] == pieces_by_pattern(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["a" * 80 + ": said", "a" * 81 + ": said", ": said", " Ann: hi", "Ann:hi", "Ann : hi",
+     "a:b: c", "Ann: hi / Bob: yo\r\nCy: x", "Ann:  \u2028Bob: x", "Ann: a: b"],
+)
+def test_pieces_name_their_speakers_by_the_rule(text: str) -> None:
+    assert [(p.name, p.body) for p in _pieces(text)] == pieces_by_pattern(text)

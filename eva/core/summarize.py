@@ -25,9 +25,12 @@ OFFLINE_MODEL = "offline"
 ELLIPSIS = "…"
 PIECE_SEPARATOR = " / "
 _MIN_BODY_BYTES = 12
+_ELLIPSIS_BYTES = len(ELLIPSIS.encode())
 
 _PIECE_BREAK = re.compile("\r\n|[\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029]| / ")
-_SPEAKER = re.compile(r"([^:\s][^:\n]{0,79}?): (.*)", re.DOTALL)
+_OTHER_BREAK = re.compile("[\r\v\f\x1c\x1d\x1e\x85\u2028\u2029]")
+"""The line breaks other than \\n (after a split at them, a part holds none)."""
+_NAME_MOST = 80
 
 
 class LeafTask(msgspec.Struct, frozen=True, kw_only=True):
@@ -119,7 +122,7 @@ def _shorten(text: str, limit: int) -> str:
     """`text` if it fits, else its start cut at a word boundary and marked with an ellipsis."""
     if fits(text, limit):
         return text
-    room = limit - utf8_size(ELLIPSIS)
+    room = limit - _ELLIPSIS_BYTES
     cut = cut_to_bytes(text, room) if room > 0 else ""
     return f"{cut}{ELLIPSIS}" if cut else cut_to_bytes(text, limit)
 
@@ -138,23 +141,32 @@ class _Piece(msgspec.Struct, frozen=True):
             return _shorten(self.body, limit)
         prefix = f"{self.name}: "
         room = limit - utf8_size(prefix)
-        if room < utf8_size(ELLIPSIS) + 1:
+        if room < _ELLIPSIS_BYTES + 1:
             return _shorten(self.render(), limit)
         return prefix + _shorten(self.body, room)
 
 
 def _pieces(text: str) -> list[_Piece]:
-    """The utterances of a line, split at line breaks and at ` / `, empty ones dropped."""
+    """The utterances of a line, split at line breaks and at ` / `, empty ones dropped.
+
+    A piece `Name: text` names its speaker: a name of 1 to 80 characters with
+    no colon or line break that starts with neither a space nor a colon (the
+    first colon of the piece ends it, so it is found without a search).
+    """
+    if _OTHER_BREAK.search(text) is None:  # only \n breaks it: split in C
+        parts = [part for line in text.split("\n") for part in line.split(PIECE_SEPARATOR)]
+    else:
+        parts = _PIECE_BREAK.split(text)
     pieces: list[_Piece] = []
-    for part in _PIECE_BREAK.split(text):
+    for part in parts:
         part = part.strip()
         if not part:
             continue
-        match = _SPEAKER.fullmatch(part)
-        if match is None:
-            pieces.append(_Piece(None, part))
+        colon = part.find(":")
+        if 0 < colon <= _NAME_MOST and part.startswith(" ", colon + 1):
+            pieces.append(_Piece(part[:colon].strip(), part[colon + 2 :].strip()))
         else:
-            pieces.append(_Piece(match.group(1).strip(), match.group(2).strip()))
+            pieces.append(_Piece(None, part))
     return pieces
 
 
@@ -198,20 +210,19 @@ def _fair_shares(sizes: Sequence[int], budget: int) -> list[int]:
 
 def _fit_pieces(pieces: Sequence[_Piece], limit: int) -> str | None:
     """The pieces joined within `limit`, each cut to a fair share; None if one gets too little."""
-    budget = limit - utf8_size(PIECE_SEPARATOR) * (len(pieces) - 1)
+    budget = limit - len(PIECE_SEPARATOR) * (len(pieces) - 1)
     whole = [piece.render() for piece in pieces]
-    sizes = [utf8_size(text) for text in whole]
+    sizes = [len(text) if text.isascii() else len(text.encode()) for text in whole]
     shares = _fair_shares(sizes, budget)
-    kept: list[str] = []
-    for piece, text, size, share in zip(pieces, whole, sizes, shares, strict=True):
-        if share >= size:  # the piece keeps all it says
-            kept.append(text)
-            continue
-        name_bytes = 0 if piece.name is None else utf8_size(piece.name) + len(": ")
-        if share < name_bytes + _MIN_BODY_BYTES:
+    cut = [i for i, (size, share) in enumerate(zip(sizes, shares, strict=True)) if share < size]
+    for position in cut:  # whether every piece cut keeps enough, before any is cut
+        name = pieces[position].name
+        name_bytes = 0 if name is None else utf8_size(name) + len(": ")
+        if shares[position] < name_bytes + _MIN_BODY_BYTES:
             return None
-        kept.append(piece.render_within(share))
-    return PIECE_SEPARATOR.join(kept)
+    for position in cut:
+        whole[position] = pieces[position].render_within(shares[position])
+    return PIECE_SEPARATOR.join(whole)
 
 
 def _merge_line(left_text: str, right_text: str, limit: int) -> str:
