@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from eva.live.local_chat import ChatLine, local_stream, parse_chat_line
 
 EVA = [sys.executable, "-m", "eva.cli.main"]
@@ -173,13 +175,16 @@ def read_acks(process: subprocess.Popen[bytes], count: int, buffer: bytearray) -
     return bytes(buffer).decode().splitlines()
 
 
-def test_sigterm_stops_cleanly_and_keeps_what_was_acked(tmp_path: Path) -> None:
+@pytest.mark.parametrize("to", ["process", "process group"])
+def test_sigterm_stops_cleanly_and_keeps_what_was_acked(tmp_path: Path, to: str) -> None:
+    # Sent to the group, the signal reaches the write process too: it is left to Eva.
     data = tmp_path / "data"
     process = subprocess.Popen(
         [*EVA, "serve-local", "--data", str(data), "--acks"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        start_new_session=True,
     )
     assert process.stdin is not None
     try:
@@ -189,7 +194,10 @@ def test_sigterm_stops_cleanly_and_keeps_what_was_acked(tmp_path: Path) -> None:
         read_acks(process, 40, buffer)
         process.stdin.write(("\n".join(chat(40)[:10]) + "\n").encode())  # in flight at the stop
         process.stdin.flush()
-        process.send_signal(signal.SIGTERM)  # stdin stays open: only the signal can stop it
+        if to == "process group":
+            os.killpg(process.pid, signal.SIGTERM)
+        else:
+            process.send_signal(signal.SIGTERM)  # stdin stays open: only the signal can stop it
         started = time.monotonic()
         out, err = process.communicate(timeout=10)
         stopped_in = time.monotonic() - started

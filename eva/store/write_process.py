@@ -274,7 +274,10 @@ def _die_with_parent() -> None:
 
 def main() -> NoReturn:
     _die_with_parent()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops it, by closing the pipe
+    # A stop signal sent to the whole process group (Ctrl-C, a service manager) is the
+    # parent's to handle: it finishes the commits under way, then closes the pipe.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     # Each commit makes and drops thousands of short-lived objects (decoded events,
     # keys): the young generation is collected every YOUNG_GENERATION of them, as
     # a serving process does, and what start-up made is left out of full collections.
