@@ -505,6 +505,28 @@ class TestLmdbStore(StoreContract):
         yield EventStore(backend)
         backend.close()
 
+    def test_what_a_store_knows_of_lines_gives_way_to_another_writer(
+        self, store: EventStore, tmp_path: Path
+    ) -> None:
+        # The store remembers which lines exist across its commits; a commit made by
+        # another writer in between (here another store over the same directory, and a
+        # write straight to the backend) must make it look again.
+        other = EventStore(store.backend)
+        store.append(A, [posted(i) for i in range(4)])
+        store.append(A, [line(0, 1)])  # looks up its sibling 1+1: absent
+        other.append(A, [line(1, 1)])
+        store.append(A, [line(0, 2)])  # its halves exist now
+        store.append(A, [line(2, 1)])  # looks up 3+1: absent
+        store.backend.write(lambda tables: None)  # a commit that writes nothing
+        other.append(A, [line(3, 1)])
+        store.backend.write(lambda tables: None)
+        store.append(A, [line(2, 2), line(0, 4)])
+        meta = store.meta(A)
+        assert meta is not None and meta.lines == 7 and meta.ready == 0
+        with pytest.raises(Rejected):  # and it still refuses a line before its halves
+            store.append(A, [line(4, 4)])
+        assert_replays(store)
+
     def test_append_many_is_one_commit(self, store: EventStore) -> None:
         backend = store.backend
         assert isinstance(backend, lmdb_kv.LmdbBackend)

@@ -32,6 +32,9 @@ class MemoryTables:
     def holds_any(self, table: Table, keys: Iterable[bytes]) -> bool:
         return not self.data[table].keys().isdisjoint(keys)
 
+    def transaction_id(self) -> int | None:
+        return None
+
     def scan(self, table: Table, start: bytes, stop: bytes) -> Iterator[tuple[bytes, bytes]]:
         rows = self.data[table]
         for key in sorted(k for k in rows if start <= k < stop):
@@ -85,6 +88,9 @@ class OverlayTables:
 
     def holds_any(self, table: Table, keys: Iterable[bytes]) -> bool:
         return any(self.get(table, key) is not None for key in keys)
+
+    def transaction_id(self) -> int | None:
+        return None
 
     def scan(self, table: Table, start: bytes, stop: bytes) -> Iterator[tuple[bytes, bytes]]:
         staged = self._staged[table]

@@ -8,7 +8,7 @@
 # rejected with `Rejected` before anything of its batch is kept.
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Protocol, assert_never
 
 from eva.core import keys
@@ -57,6 +57,11 @@ class Tables(Protocol):
         """Whether the table holds at least one of `keys`."""
         ...
 
+    def transaction_id(self) -> int | None:
+        """The id of the transaction (LMDB's: one more than the last commit's, for a
+        write), or None where there is none."""
+        ...
+
     def scan(self, table: Table, start: bytes, stop: bytes) -> Iterator[tuple[bytes, bytes]]:
         """Entries with start <= key < stop, in key order."""
         ...
@@ -101,8 +106,16 @@ class Projector:
     passes in and writes itself.
     """
 
-    def __init__(self, tables: Tables, postings: PostingBuffer | None = None) -> None:
+    def __init__(
+        self,
+        tables: Tables,
+        postings: PostingBuffer | None = None,
+        known_lines: Mapping[bytes, bool] | None = None,
+    ) -> None:
         self._tables = tables
+        # Whether lines exist, by key, as the tables held them before this transaction,
+        # where the caller knows it (see EventStore): asked before the tables.
+        self._known_lines = known_lines
         self._metas: dict[StreamId, StreamMeta] = {}
         self._writes_postings = postings is None
         self._postings = PostingBuffer() if postings is None else postings
@@ -122,6 +135,11 @@ class Projector:
             )
             self._metas[stream] = meta
         return meta
+
+    @property
+    def lines_seen(self) -> dict[bytes, bool]:
+        """Whether each line looked up or written in this transaction exists, by key."""
+        return self._lines
 
     def flush(self) -> None:
         """Write the recall index (if the projector's own) and the cached stream records.
@@ -461,7 +479,11 @@ class Projector:
         key = keys.line_key(stream, start, size)
         known = self._lines.get(key)
         if known is None:
-            known = self._lines[key] = self._tables.get("lines", key) is not None
+            if self._known_lines is not None:
+                known = self._known_lines.get(key)
+            if known is None:
+                known = self._tables.get("lines", key) is not None
+            self._lines[key] = known
         return known
 
     def _row(self, stream: StreamId, meta: StreamMeta, event: RowPublished) -> None:

@@ -7,6 +7,7 @@
 # Reads never hold a transaction across an await: they return plain values.
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -83,11 +84,28 @@ def write_batch(
     return Appended(batch.stream, first, count)
 
 
+KNOWN_LINES_MOST = 1 << 19
+"""Line keys the store remembers across its write transactions before it starts afresh."""
+
+
 class EventStore:
-    """Streams of events per guild channel, with their projections."""
+    """Streams of events per guild channel, with their projections.
+
+    Applying a line asks whether other lines exist (its halves, its sibling,
+    its parent), and most were asked or written by an earlier transaction of
+    this store. It remembers the answers of the transactions it committed,
+    for as long as nothing else commits in between: a write transaction's id
+    is one more than the last commit's, so a gap says that another writer (a
+    process, or code writing to the backend directly) came in between, and
+    what it remembers is dropped. Only for backends whose transactions have
+    ids (LMDB).
+    """
 
     def __init__(self, backend: Backend) -> None:
         self.backend = backend
+        self._known_lines: dict[bytes, bool] = {}
+        self._known_after = -1  # the transaction whose commit `_known_lines` follows
+        self._known_lock = threading.Lock()
 
     # -- writing ---------------------------------------------------------
 
@@ -108,22 +126,29 @@ class EventStore:
         given, holds each batch's events encoded already.
         """
         refused: dict[int, Rejected] = {}
+        seen: list[tuple[int, dict[bytes, bool]]] = []  # the last attempt's transaction
         while True:
             try:
-                return self.backend.write(
-                    lambda tables: self._write_all(tables, batches, refused, stored)
+                results = self.backend.write(
+                    lambda tables: self._write_all(tables, batches, refused, stored, seen)
                 )
             except _BatchRefused as refusal:
                 refused[refusal.position] = refusal.error
+                continue
+            if seen:  # the last attempt is the one that committed
+                self._learn_lines(*seen[-1])
+            return results
 
-    @staticmethod
     def _write_all(
+        self,
         tables: Tables,
         batches: Sequence[Batch],
         refused: dict[int, Rejected],
         stored: Sequence[list[bytes]] | None = None,
+        seen: list[tuple[int, dict[bytes, bool]]] | None = None,
     ) -> list[Appended | Rejected]:
-        projector = Projector(tables)
+        txn_id = tables.transaction_id()
+        projector = Projector(tables, known_lines=self._lines_known_at(txn_id))
         results: list[Appended | Rejected] = []
         for position, batch in enumerate(batches):
             error = refused.get(position)
@@ -136,7 +161,28 @@ class EventStore:
             except Rejected as exc:
                 raise _BatchRefused(position, exc) from exc
         projector.flush()
+        if txn_id is not None and seen is not None:
+            seen.append((txn_id, projector.lines_seen))
         return results
+
+    def _lines_known_at(self, txn_id: int | None) -> dict[bytes, bool] | None:
+        """What is known of lines before write transaction `txn_id`: nothing unless
+        the last commit was this store's own."""
+        if txn_id is None:
+            return None
+        with self._known_lock:
+            if self._known_after != txn_id - 1:
+                self._known_lines, self._known_after = {}, txn_id - 1
+            return self._known_lines
+
+    def _learn_lines(self, txn_id: int, seen: dict[bytes, bool]) -> None:
+        """Remember what write transaction `txn_id`, committed, saw of lines."""
+        with self._known_lock:
+            if self._known_after == txn_id - 1 and len(self._known_lines) < KNOWN_LINES_MOST:
+                self._known_lines.update(seen)
+            else:
+                self._known_lines = dict(seen)
+            self._known_after = txn_id
 
     # -- reading ---------------------------------------------------------
 

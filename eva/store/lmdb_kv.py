@@ -63,6 +63,10 @@ class LmdbTables:
         get, db = self._txn.get, self._dbs[table]
         return any(get(key, db=db) is not None for key in keys)
 
+    def transaction_id(self) -> int | None:
+        txn_id: int = self._txn.id()
+        return txn_id
+
     def scan(self, table: Table, start: bytes, stop: bytes) -> Iterator[tuple[bytes, bytes]]:
         """Entries with start <= key < stop, in key order, iterated in C."""
         db = self._dbs[table]
