@@ -18,7 +18,7 @@ import pytest
 import trio
 from killing import child_env
 
-from eva.core.events import AnyEvent, LineWritten, MessagePosted, ToolCalled
+from eva.core.events import LineWritten, MessagePosted, ToolCalled
 from eva.core.keys import StreamId
 from eva.core.projection import Rejected
 from eva.core.replay import projection_rows
@@ -59,6 +59,7 @@ def groups() -> list[list[Batch]]:
             Batch(B, [leaf(5)]),  # no message 5 in B: refused whole
             Batch(A, [ToolCalled(at_ms=2, name="x" * 3, result_bytes=2**70)]),  # too big an int
             Batch(B, [posted(1, "a" * 100_000), leaf(0)]),
+            Batch(B, [posted(2, "half a pair \ud800")]),  # not UTF-8: refused here
         ],
         [Batch(A, [LineWritten(at_ms=3, start=0, size=2, text="bo twice", first_ms=1, last_ms=1)])],
     ]
@@ -68,10 +69,11 @@ def store_at(path: Path) -> EventStore:
     return EventStore(open_backend(path))
 
 
-def snapshot(store: EventStore, stream: StreamId) -> tuple[list[tuple[int, AnyEvent]], object]:
+def snapshot(store: EventStore, stream: StreamId) -> tuple[object, ...]:
+    """A stream's log, byte for byte and decoded, and its projections."""
     with store.backend.reading() as tables:
         rows = projection_rows(tables, stream)
-    return list(store.events(stream)), rows
+    return list(store.raw_events(stream)), list(store.events(stream)), rows
 
 
 def answers(results: list[Appended | Rejected]) -> list[object]:

@@ -16,7 +16,7 @@ from itertools import chain
 
 import trio
 
-from eva.core.address import Address, halves, parent, sibling
+from eva.core.address import Address, address_at, halves, leaf, parent, sibling
 from eva.core.events import AnyEvent, LineWritten
 from eva.core.keys import StreamId
 from eva.core.render import render_message
@@ -98,7 +98,7 @@ class Run:
         """Read the leaves of messages start..stop-1 in one range read; the rest are absent."""
         found = self.store.lines_of_level(self.stream, 1, start, stop)
         for index in range(start, stop):
-            address = Address(index, 1)
+            address = leaf(index)
             if self._seen(address):
                 continue
             line = found.get(address)
@@ -190,7 +190,7 @@ def _next_round(
 
 
 def line_address(line: LineWritten) -> Address:
-    return Address(line.start, line.size)
+    return address_at(line.start, line.size)
 
 
 def _parents_ready(run: Run, written: Sequence[LineWritten]) -> set[Address]:
@@ -233,7 +233,7 @@ async def _leaves(run: Run, upto: int) -> tuple[list[Task], list[LineWritten]]:
     for count, (index, message) in enumerate(_messages(run, meta.leaf_frontier, stop), 1):
         if count % STEP_CHUNK == 0:
             await trio.lowlevel.checkpoint()
-        if run.line(Address(index, 1)) is not None:
+        if run.line(leaf(index)) is not None:
             continue
         work = leaf_of(run, index, message)
         if isinstance(work, LeafTask):

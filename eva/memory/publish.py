@@ -14,7 +14,7 @@ from datetime import tzinfo
 
 import trio
 
-from eva.core.address import Address, parent
+from eva.core.address import Address, address_at, parent
 from eva.core.events import LineWritten, PublishReason, RowPublished
 from eva.core.keys import StreamId
 from eva.core.render import render_line, utf8_size
@@ -95,7 +95,7 @@ class LineSizes:
         have = self.sizes if sizes_only else self.texts
         missing = [address for address in addresses if address not in have]
         for (start, size), line in store.lines(stream, missing).items():
-            address = Address(start, size)
+            address = address_at(start, size)
             text = render_line(address, line.text, line.first_ms, line.last_ms, tz)
             self.texts[address] = text
             self.sizes[address] = len(text.encode())
@@ -113,7 +113,7 @@ class LineSizes:
             return
         sizes, texts = self.sizes, self.texts
         for line in lines:
-            address = Address._make((line.start, line.size))
+            address = address_at(line.start, line.size)
             text = render_line(address, line.text, line.first_ms, line.last_ms, zone)
             texts[address] = text
             sizes[address] = utf8_size(text)

@@ -10,9 +10,10 @@
 # `EventStore.append_many` does here: one write transaction per group, each
 # batch landing whole or refused whole, durable before the answer is sent.
 #
-# Events cross the pipe as the bytes the log stores, encoded here, so an
-# event that cannot be stored is refused here with the error the store
-# gives. The child dies with the thread that started it (Linux:
+# Events cross the pipe as the bytes the log stores, a whole group encoded
+# here in one call (msgpack nests: an event inside the frame is the bytes it
+# has alone), so an event that cannot be stored is refused here with the
+# error the store gives. The child dies with the thread that started it (Linux:
 # PR_SET_PDEATHSIG), so it is started from the thread of the trio loop,
 # never from a worker thread that may leave: a killed bot leaves no writer
 # behind, and a commit cut short that way is undone by LMDB (its senders were
@@ -30,12 +31,13 @@ import subprocess
 import sys
 import threading
 from collections import deque
+from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, NoReturn
 
 import msgspec
 
-from eva.core.events import decode_event
+from eva.core.events import AnyEvent, decode_event
 from eva.core.keys import StreamId
 from eva.core.projection import Rejected
 from eva.store.event_store import Appended, Batch, EventStore, stored_events
@@ -48,10 +50,20 @@ CLOSE_WAIT_S = 10.0
 """How long closing waits for the child to finish its commit and leave."""
 
 
-class _RawBatch(msgspec.Struct, array_like=True):
+class _OutBatch(msgspec.Struct, array_like=True):
+    """A batch as it is sent: its events encoded in the frame, each as the log stores it."""
+
     guild_id: int
     channel_id: int
-    events: list[bytes]  # as the log stores them
+    events: Sequence[AnyEvent]
+
+
+class _RawBatch(msgspec.Struct, array_like=True):
+    """A batch as it is received: each event's bytes, as the log stores them."""
+
+    guild_id: int
+    channel_id: int
+    events: list[msgspec.Raw]
 
 
 class _Result(msgspec.Struct, array_like=True):
@@ -114,19 +126,23 @@ class WriteProcess:
     def submit(self, batches: list[Batch]) -> Submitted:
         """Hand a group to the child; its events that cannot be stored are refused here."""
         submitted = Submitted(batches)
-        raw: list[_RawBatch] = []
-        for position, batch in enumerate(batches):
-            try:
-                events = stored_events(batch)
-            except Rejected as refused:
-                submitted.results[position] = refused
-                continue
-            submitted.sent.append(position)
-            raw.append(_RawBatch(batch.stream.guild_id, batch.stream.channel_id, events))
-        if not raw:
+        out = [_OutBatch(b.stream.guild_id, b.stream.channel_id, b.events) for b in batches]
+        try:
+            body = _encoder.encode(out)  # the whole group in one call
+            submitted.sent = list(range(len(batches)))
+        except (OverflowError, TypeError, ValueError):  # find the batches that cannot be
+            for position, batch in enumerate(batches):  # stored, as the store words it
+                try:
+                    stored_events(batch)
+                except Rejected as refused:
+                    submitted.results[position] = refused
+                    continue
+                submitted.sent.append(position)
+            body = _encoder.encode([out[position] for position in submitted.sent])
+        if not submitted.sent:
             submitted.answer = _Committed([])
             return submitted
-        request = frame(_encoder.encode(raw))
+        request = frame(body)
         with self._sending:
             process = self._process
             if process is None:
@@ -250,7 +266,7 @@ def _commit(store: EventStore, raw: list[_RawBatch]) -> list[_Result]:
             continue
         positions.append(position)
         batches.append(Batch(stream, events))
-        stored.append(item.events)
+        stored.append([bytes(data) for data in item.events])
     for position, result in zip(positions, store.append_many(batches, stored), strict=True):
         results[position] = (
             _Result(refused=str(result))
