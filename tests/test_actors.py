@@ -215,6 +215,7 @@ async def test_overflow_publish_when_the_chat_never_goes_quiet(
             post = message(STREAM, index, size=200)
             sizes.append(rendered_size(post.author_name, post.content, post.attachments))
             await supervisor.ask(STREAM, post)
+            await settle()  # the publish follows the answer, before the next input
             if published_after is None and publishes(store, STREAM):
                 published_after = index
             await trio.sleep(MINUTE_S)

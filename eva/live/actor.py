@@ -291,7 +291,10 @@ class ChannelActor:
     async def _handle(self, item: ChannelInput) -> Any:
         match item:
             case Post():
-                return (await self._posts([item]))[0]
+                index = (await self._posts([item]))[0]
+                if index is not None:
+                    await self._after_posts()
+                return index
             case Edit():
                 return await self._edit(item)
             case Delete():
@@ -371,6 +374,8 @@ class ChannelActor:
         else:
             for request, index in zip(batch, indexes, strict=True):
                 request.reply(index)
+            if any(index is not None for index in indexes):
+                await self._after_posts()
         if after is not None:
             await self._serve(after)
 
@@ -419,11 +424,17 @@ class ChannelActor:
         tz = channel_zone(meta, self.shared.settings)
         self.tail.add(zip(posts, indexes, strict=True), tz)
         self.sizes.use_zone(tz)  # lines are measured as they are written, from the first
-        if meta.tail_bytes > self.shared.settings.overflow_tail_bytes:
+        return indexes
+
+    async def _after_posts(self) -> None:
+        """What stored posts set going: a publish if the tail overflows, compression.
+
+        Run once their senders have their answers, which need neither."""
+        meta = self._meta()
+        if meta is not None and meta.tail_bytes > self.shared.settings.overflow_tail_bytes:
             await self._maybe_publish()
             meta = None  # the publish moved it on
         self._maybe_compress(meta=meta)
-        return indexes
 
     async def _edit(self, edit: Edit) -> bool:
         index = self.shared.store.index_of(self.stream, edit.message_id)
