@@ -155,6 +155,12 @@ def meta_of(store: EventStore, stream: StreamId) -> Any:
     return meta
 
 
+async def post_range(supervisor: Supervisor, start: int, stop: int) -> None:
+    """Post messages start..stop-1 of STREAM, each stored before the next."""
+    for index in range(start, stop):
+        assert await supervisor.ask(STREAM, message(STREAM, index)) == index
+
+
 async def prompt(supervisor: Supervisor, stream: StreamId = STREAM) -> str:
     text = await supervisor.ask(stream, GetPrompt())
     assert isinstance(text, str)
@@ -369,8 +375,7 @@ async def test_idle_actor_sleeps_and_wakes_with_the_same_state(
     idle = LIVE.idle_seconds
     async with running(store) as supervisor:
         # Nothing pending: it sleeps after idle_seconds without input.
-        for index in range(10):
-            await supervisor.ask(STREAM, message(STREAM, index))
+        await post_range(supervisor, 0, 10)
         small_chat = await prompt(supervisor)
         await trio.sleep(idle - 1)
         await settle()
@@ -389,8 +394,7 @@ async def test_idle_actor_sleeps_and_wakes_with_the_same_state(
         assert supervisor.awake() == []
 
         # A publish pending keeps it awake past idle_seconds.
-        for index in range(10, 70):
-            await supervisor.ask(STREAM, message(STREAM, index))
+        await post_range(supervisor, 10, 70)
         await trio.sleep(idle + 1)
         await settle()
         assert supervisor.awake() == [STREAM]
@@ -427,8 +431,7 @@ async def test_a_prompt_shows_the_posts_ahead_as_they_will_be_stored(
 ) -> None:
     store = fresh_store(tmp_path)
     async with running(store) as supervisor:
-        for index in range(5):
-            await supervisor.ask(STREAM, message(STREAM, index))
+        await post_range(supervisor, 0, 5)
         # A question's lane: two posts stored already, three not yet (one seen twice).
         ahead = [message(STREAM, index) for index in (3, 4, 5, 6, 6, 7)]
         early = await supervisor.ask(STREAM, GetPrompt(ahead=tuple(ahead)))
@@ -649,8 +652,7 @@ async def test_leaves_show_the_messages_as_edited_and_deleted_before_them(
     # The actor keeps the messages it stored for the leaves; a change must reach them.
     store = fresh_store(tmp_path)
     async with running(store) as supervisor:
-        for index in range(6):
-            await supervisor.ask(STREAM, message(STREAM, index))
+        await post_range(supervisor, 0, 6)
         edit = Edit(message_id=message(STREAM, 2).message_id, at_ms=2, content="edited words")
         assert await supervisor.ask(STREAM, edit) is True
         gone = Delete(message_ids=(message(STREAM, 4).message_id,), at_ms=3)
