@@ -119,6 +119,7 @@ def test_render_row_joins_entries_by_newline() -> None:
 
 def test_render_message_names_speaker_and_attachments() -> None:
     assert render_message("Ann", "hello") == "Ann: hello"
+    assert render_message("Ann", "") == "Ann: "  # an empty message still names its speaker
     assert render_message("Ann", "look", ("cat.png", "notes.txt")) == (
         "Ann: look [attachment: cat.png] [attachment: notes.txt]"
     )

@@ -99,6 +99,8 @@ def render_row(lines: Iterable[str]) -> str:
 
 def render_message(name: str, content: str, attachments: Sequence[str] = ()) -> str:
     """A message as it reads in memory: `Name: text` with each attachment named."""
+    if not attachments:  # most messages: no list to build
+        return f"{name}: {content}"
     parts = [content] if content else []
     parts.extend(f"[attachment: {attachment}]" for attachment in attachments)
     return f"{name}: {' '.join(parts)}"
