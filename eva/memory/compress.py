@@ -109,7 +109,12 @@ class Run:
 
     def prefetch(self, addresses: Iterable[Address]) -> None:
         """Read the lines at `addresses` that this run has not seen yet, in one transaction."""
-        wanted = [address for address in dict.fromkeys(addresses) if not self._seen(address)]
+        written, read, absent = self.written, self.read, self.absent
+        wanted = [
+            address
+            for address in dict.fromkeys(addresses)
+            if address not in written and address not in read and address not in absent
+        ]
         if not wanted:
             return
         found = self.store.lines(self.stream, wanted)
