@@ -25,7 +25,7 @@ from eva.store.lmdb_kv import LmdbBackend
 from eva.store.write_process import Submitted, WriteProcess
 
 MAX_GROUP = 512
-IN_FLIGHT = int(__import__("os").environ.get("IF", "2"))
+IN_FLIGHT = 2
 """Groups handed to a write process at once: it commits the next while this one is answered."""
 
 
@@ -157,8 +157,10 @@ class Writer:
         assert process is not None
         try:
             results = await trio.to_thread.run_sync(process.wait, submitted)
-        except Exception as error:
+        except BaseException as error:
             self._fail(group, error)
+            if not isinstance(error, Exception):
+                raise
             return
         finally:
             self._in_flight.release()
