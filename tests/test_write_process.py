@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -205,3 +206,32 @@ def test_groups_handed_over_together_are_answered_each_its_own(tmp_path: Path) -
     finally:
         process.close()
     assert [seq for seq, _ in store.events(A)] == [0, 1, 2]
+
+
+def test_groups_sent_to_a_child_that_died_fail_and_a_new_child_answers_its_own(
+    tmp_path: Path,
+) -> None:
+    store = store_at(tmp_path / "data")
+    process = WriteProcess(tmp_path / "data")
+    try:
+        process.start()
+        process.wait(process.submit([Batch(A, [posted(0)])]))
+        child = process._process
+        assert child is not None
+        child.kill()
+        child.wait()
+        lost = process.submit([Batch(A, [posted(1)])])  # sent to the dead child
+        process.start()  # a new child, before anyone waited for the lost group
+        after = process.submit([Batch(A, [posted(1)]), Batch(B, [posted(0)])])
+        with ThreadPoolExecutor(1) as pool:  # a mix-up of answers would wait for ever
+            waited = pool.submit(process.wait, after)
+            try:
+                assert waited.result(timeout=20) == [Appended(A, 1, 1), Appended(B, 0, 1)]
+            finally:
+                if not waited.done():
+                    process.close()  # ends the wait, so the pool can shut down
+        with pytest.raises(WriteProcessError):
+            process.wait(lost)
+    finally:
+        process.close()
+    assert [event for _, event in store.events(A)] == [posted(0), posted(1)]

@@ -179,21 +179,28 @@ class WriteProcess:
 
     def _read_answer(self) -> None:
         """Read the next answer, which is the earliest waiting group's."""
-        process = self._process
+        with self._lock:
+            process, started = self._process, self.started
         body = None
         if process is not None and process.stdout is not None:
             try:
                 body = read_frame(process.stdout)
             except (OSError, ValueError):  # ValueError: the pipe was closed meanwhile
                 body = None
-        if body is None:  # every group waiting fails with it
-            with self._lock:
-                for waiting in self._waiting:
-                    waiting.answer = _Failed("the write process stopped before it answered")
-                self._waiting.clear()
+        with self._lock:
+            if self.started != started:  # a new child came meanwhile: `start` failed its
+                return  # groups, and what was read here is the old one's
+            if body is None:  # every group waiting fails with it
+                self._fail_waiting()
                 self._stop(kill=True)
-            return
-        self._waiting.popleft().answer = _answers.decode(body)
+                return
+            self._waiting.popleft().answer = _answers.decode(body)
+
+    def _fail_waiting(self) -> None:
+        """Fail every group sent to the child and not answered (the caller holds `_lock`)."""
+        for waiting in self._waiting:
+            waiting.answer = _Failed("the write process stopped before it answered")
+        self._waiting.clear()
 
     def start(self) -> None:
         """Start the child unless it is running (after `suspend`, or if it died)."""
@@ -201,7 +208,8 @@ class WriteProcess:
             process = self._process
             if process is not None and process.poll() is None:
                 return
-            if process is not None:
+            if process is not None:  # it died: what it was sent is lost with it
+                self._fail_waiting()
                 self._stop()
             self._process = subprocess.Popen(
                 child_command("eva.store.write_process", str(self.data)),
@@ -219,7 +227,10 @@ class WriteProcess:
             self._stop()
 
     def close(self) -> None:
-        self.suspend()
+        """Stop the child; a group still waiting for its answer fails."""
+        with self._lock:
+            self._fail_waiting()
+            self._stop()
 
     def _stop(self, kill: bool = False) -> None:
         """Stop the child (the caller holds `_lock`)."""
