@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import NamedTuple
 
 ADDRESS_HELP = (
@@ -56,6 +57,16 @@ def format_address(address: Address) -> str:
 def address_at(start: int, size: int) -> Address:
     """`Address(start, size)`, built the fast way (for the hot paths; it checks nothing)."""
     return _new(Address, (start, size))
+
+
+def addresses_of(pairs: Iterable[tuple[int, int]]) -> list[Address]:
+    """Addresses from (start, size) pairs, as a row event holds them (built the fast way)."""
+    return [_new(Address, pair) for pair in pairs]
+
+
+def leaves(start: int, stop: int) -> list[Address]:
+    """The leaves of messages start..stop-1."""
+    return [_new(Address, (index, 1)) for index in range(start, stop)]
 
 
 def leaf(index: int) -> Address:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from fractions import Fraction
 from typing import NamedTuple
 
-from eva.core.address import Address, is_valid, last, leaf, level, parent
+from eva.core.address import Address, is_valid, last, leaves, level, parent
 
 HIGH_MARK_BYTES = 96 * 1024
 LOW_MARK_BYTES = 48 * 1024
@@ -44,7 +44,7 @@ def append_leaves(row: Sequence[Address], new_frontier: int) -> list[Address]:
     old_frontier = frontier(row)
     if new_frontier < old_frontier:
         raise ValueError(f"the row already covers {old_frontier} messages, not {new_frontier}")
-    return [*row, *(leaf(index) for index in range(old_frontier, new_frontier))]
+    return [*row, *leaves(old_frontier, new_frontier)]
 
 
 def is_pair(older: Address, newer: Address) -> bool:

@@ -14,7 +14,7 @@ from datetime import tzinfo
 
 import trio
 
-from eva.core.address import Address, address_at, parent
+from eva.core.address import Address, address_at, addresses_of, parent
 from eva.core.events import LineWritten, PublishReason, RowPublished
 from eva.core.keys import StreamId
 from eva.core.render import render_line, utf8_size
@@ -162,7 +162,7 @@ async def publish(
     if meta is None or (meta.leaf_frontier <= meta.row_frontier and reason != "forget"):
         return None
     current = store.published_row(stream)
-    old_row = list(map(Address._make, current.entries)) if current is not None else []
+    old_row = addresses_of(current.entries) if current is not None else []
     row = append_leaves(old_row, meta.leaf_frontier)
     known = await _measure_row(store, stream, row, tz, sizes)
     if row_bytes(row, known.__getitem__) > settings.row_high_bytes:
