@@ -137,6 +137,8 @@ def _is_cut_point(text: str, position: int) -> bool:
 
 def _longest_prefix_in(text: str, limit: int) -> int:
     """The length in characters of the longest prefix of `text` within `limit` bytes."""
+    if text.isascii():  # a byte a character
+        return min(len(text), max(limit, 0))
     encoded = text.encode("utf-8")
     if len(encoded) <= limit:
         return len(text)
