@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import trio
+import trio.testing
 from killing import child_env
 
 from eva.core.events import LineWritten, MessagePosted, ToolCalled
@@ -27,7 +28,7 @@ from eva.live.writer import open_writer
 from eva.store.event_store import Appended, Batch, EventStore
 from eva.store.lmdb_kv import open_backend
 from eva.store.replay import replay_stream
-from eva.store.write_process import WriteProcess, WriteProcessError
+from eva.store.write_process import Submitted, WriteProcess, WriteProcessError
 
 A = StreamId(1, 10)
 B = StreamId(2, 20)
@@ -235,3 +236,108 @@ def test_groups_sent_to_a_child_that_died_fail_and_a_new_child_answers_its_own(
     finally:
         process.close()
     assert [event for _, event in store.events(A)] == [posted(0), posted(1)]
+
+
+# -- pipes that do not block: the trio writer's way ----------------------------------
+
+
+def big_group(first: int, count: int) -> list[Batch]:
+    """Posts of 100 kB each: the frame is many times what a pipe holds."""
+    return [Batch(A, [posted(i, f"{i} " + "b" * 100_000) for i in range(first, first + count)])]
+
+
+async def test_pipes_that_do_not_block_commit_as_the_store_does(tmp_path: Path) -> None:
+    here = store_at(tmp_path / "here")
+    there = store_at(tmp_path / "there")
+    process = WriteProcess(tmp_path / "there", nonblocking=True)
+    try:
+        for group in [*groups(), big_group(3, 40)]:
+            process.start()
+            submitted = await process.send(group)
+            assert answers(await process.answer(submitted)) == answers(here.append_many(group))
+    finally:
+        process.close()
+    assert process.started == 1
+    for stream in (A, B):
+        assert snapshot(there, stream) == snapshot(here, stream)
+        assert replay_stream(there, stream).ok
+
+
+async def test_groups_sent_together_are_answered_each_its_own_in_any_order(
+    tmp_path: Path,
+) -> None:
+    store = store_at(tmp_path / "data")
+    process = WriteProcess(tmp_path / "data", nonblocking=True)
+    got: dict[str, list[object]] = {}
+    try:
+        process.start()
+        first = await process.send([Batch(A, [posted(0), posted(1)])])
+        second = await process.send([*big_group(2, 20), Batch(B, [posted(0)])])
+        third = await process.send([Batch(A, [leaf(99)])])  # no message 99: refused
+
+        async def take(name: str, submitted: Submitted) -> None:
+            got[name] = answers(await process.answer(submitted))
+
+        async with trio.open_nursery() as nursery:  # the last group's task reads first
+            for name, submitted in (("third", third), ("second", second), ("first", first)):
+                nursery.start_soon(take, name, submitted)
+                await trio.testing.wait_all_tasks_blocked()
+    finally:
+        process.close()
+    assert got == {
+        "first": [Appended(A, 0, 2)],
+        "second": [Appended(A, 2, 20), Appended(B, 0, 1)],
+        "third": [f"{A}: line 99+1 passes the last message (21)"],
+    }
+    assert [seq for seq, _ in store.events(A)] == list(range(22))
+
+
+async def test_a_dead_child_fails_what_it_was_sent_and_the_next_group_starts_anew(
+    tmp_path: Path,
+) -> None:
+    store = store_at(tmp_path / "data")
+    process = WriteProcess(tmp_path / "data", nonblocking=True)
+    try:
+        process.start()
+        await process.answer(await process.send([Batch(A, [posted(0)])]))
+        child = process._process
+        assert child is not None
+        child.kill()
+        child.wait()
+        lost = await process.send([Batch(A, [posted(1)])])
+        with pytest.raises(WriteProcessError):
+            await process.answer(lost)
+        process.start()
+        after = await process.send([Batch(A, [posted(1)])])
+        assert await process.answer(after) == [Appended(A, 1, 1)]
+        assert process.started == 2
+    finally:
+        process.close()
+    assert [event for _, event in store.events(A)] == [posted(0), posted(1)]
+
+
+async def test_a_send_cancelled_halfway_stops_the_child_and_the_next_starts_anew(
+    tmp_path: Path,
+) -> None:
+    store = store_at(tmp_path / "data")
+    process = WriteProcess(tmp_path / "data", nonblocking=True)
+    try:
+        process.start()
+        earlier = await process.send([Batch(A, [posted(0)])])
+        assert await process.answer(earlier) == [Appended(A, 0, 1)]
+        child = process._process
+        assert child is not None
+        os.kill(child.pid, signal.SIGSTOP)  # it reads nothing more: the pipe fills up
+        waiting = await process.send([Batch(B, [posted(0)])])  # sent whole, not answered
+        with trio.move_on_after(0.5) as scope:
+            await process.send(big_group(1, 20))
+        assert scope.cancelled_caught
+        assert process._process is None  # stopped: it could only misread the rest
+        with pytest.raises(WriteProcessError):
+            await process.answer(waiting)
+        process.start()
+        assert await process.answer(await process.send(big_group(1, 2))) == [Appended(A, 1, 2)]
+    finally:
+        process.close()
+    assert [seq for seq, _ in store.events(A)] == [0, 1, 2]
+    assert list(store.events(B)) == []

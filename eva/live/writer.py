@@ -5,10 +5,11 @@
 # thread (so the trio loop never waits on a commit), and answers each sender
 # once its events are durable. No task awaits while it holds a transaction:
 # the transaction lives and dies inside the thread. With a write process
-# (eva.store.write_process), a thread only hands the group to it and another
-# waits for the answer; the commit runs on another core, and the next group
-# is handed over while one is committed, so the child need not wait for
-# this process to take an answer in before it starts the next.
+# (eva.store.write_process), no thread is needed: the group goes down a pipe
+# that never blocks the loop and a task takes the answer when it comes; the
+# commit runs on another core, and the next group is handed over while one
+# is committed, so the child need not wait for this process to take an
+# answer in before it starts the next.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -141,9 +142,7 @@ class Writer:
         await self._in_flight.acquire()
         try:
             process.start()  # from this thread: the child lives as long as it does
-            submitted = await trio.to_thread.run_sync(
-                process.submit, [request.batch for request in group]
-            )
+            submitted = await process.send([request.batch for request in group])
         except BaseException as error:
             self._in_flight.release()
             self._fail(group, error)
@@ -156,7 +155,7 @@ class Writer:
         process = self.process
         assert process is not None
         try:
-            results = await trio.to_thread.run_sync(process.wait, submitted)
+            results = await process.answer(submitted)
         except BaseException as error:
             self._fail(group, error)
             if not isinstance(error, Exception):
@@ -197,7 +196,11 @@ async def open_writer(
     With `process` and an LMDB store, a write process commits the groups.
     """
     backend = store.backend
-    child = WriteProcess(backend.path) if process and isinstance(backend, LmdbBackend) else None
+    child = (
+        WriteProcess(backend.path, nonblocking=True)
+        if process and isinstance(backend, LmdbBackend)
+        else None
+    )
     writer = Writer(store, capacity, child)
     try:
         async with trio.open_nursery() as nursery:

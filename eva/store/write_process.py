@@ -4,85 +4,42 @@
 # a commit costs; in a thread of the serving process it shares one
 # interpreter lock with the trio loop, and LMDB hands that lock over at every
 # read and write, so the two threads take turns at every store operation.
-# In a child interpreter the commit runs beside the loop instead. The child
-# opens the same data directory (LMDB serializes writers across processes,
-# and readers here see each commit once it is made) and does exactly what
-# `EventStore.append_many` does here: one write transaction per group, each
-# batch landing whole or refused whole, durable before the answer is sent.
+# In a child interpreter (eva.store.write_child) the commit runs beside the
+# loop instead. The child opens the same data directory (LMDB serializes
+# writers across processes, and readers here see each commit once it is
+# made) and does exactly what `EventStore.append_many` does here.
 #
-# Events cross the pipe as the bytes the log stores, a whole group encoded
-# here in one call (msgpack nests: an event inside the frame is the bytes it
-# has alone), so an event that cannot be stored is refused here with the
-# error the store gives. The child dies with the thread that started it (Linux:
-# PR_SET_PDEATHSIG), so it is started from the thread of the trio loop,
-# never from a worker thread that may leave: a killed bot leaves no writer
-# behind, and a commit cut short that way is undone by LMDB (its senders were
-# never answered). If the child dies, the group in flight fails (it may or
-# may not have landed) and the next group starts a new child. Protocol:
-# frames of eva.store.pipes, msgpack bodies, one answer per request, in order.
+# This is the serving side. A whole group is encoded here in one call, so an
+# event that cannot be stored is refused here with the error the store gives.
+# The trio writer talks to the child through pipes that never block (`send`,
+# `answer`), with no thread between: a hop to a worker thread and back costs
+# more than a small commit. `submit` and `wait` do the same with blocking
+# pipes, for code outside trio. The child dies with the thread that started it
+# (Linux: PR_SET_PDEATHSIG), so `start` is called from the thread of the trio
+# loop, never from a worker thread that may leave: a killed bot leaves no
+# writer behind, and a commit cut short that way is undone by LMDB (its
+# senders were never answered). If the child dies, the groups sent to it fail
+# (they may or may not have landed) and the next group starts a new child.
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import gc
 import os
-import signal
 import subprocess
-import sys
 import threading
 from collections import deque
-from collections.abc import Sequence
 from pathlib import Path
-from typing import IO, NoReturn
 
-import msgspec
+import trio
 
-from eva.core.events import AnyEvent, decode_event
-from eva.core.keys import StreamId
 from eva.core.projection import Rejected
-from eva.store.event_store import Appended, Batch, EventStore, stored_events
-from eva.store.lmdb_kv import open_backend
-from eva.store.pipes import child_command, child_env, frame, read_frame
+from eva.store.event_store import Appended, Batch, stored_events
+from eva.store.pipes import FrameBuffer, child_command, child_env, frame, read_frame
+from eva.store.write_protocol import Committed, Failed, OutBatch, answer_decoder, encoder
 
-YOUNG_GENERATION = 10_000
-"""New objects between two collections of the young generation (Python: 700)."""
 CLOSE_WAIT_S = 10.0
 """How long closing waits for the child to finish its commit and leave."""
-
-
-class _OutBatch(msgspec.Struct, array_like=True):
-    """A batch as it is sent: its events encoded in the frame, each as the log stores it."""
-
-    guild_id: int
-    channel_id: int
-    events: Sequence[AnyEvent]
-
-
-class _RawBatch(msgspec.Struct, array_like=True):
-    """A batch as it is received: each event's bytes, as the log stores them."""
-
-    guild_id: int
-    channel_id: int
-    events: list[msgspec.Raw]
-
-
-class _Result(msgspec.Struct, array_like=True):
-    first: int = 0
-    count: int = 0
-    refused: str | None = None  # the Rejected message, for a batch refused whole
-
-
-class _Committed(msgspec.Struct, tag="committed", array_like=True):
-    results: list[_Result]
-
-
-class _Failed(msgspec.Struct, tag="failed", array_like=True):
-    error: str  # the commit failed as a whole (the disk, the map): nothing landed
-
-
-_encoder = msgspec.msgpack.Encoder()
-_requests = msgspec.msgpack.Decoder(list[_RawBatch])
-_answers = msgspec.msgpack.Decoder(_Committed | _Failed)
+READ_BYTES = 1 << 16
+"""The most read from the answer pipe at once (a pipe holds 64 KiB)."""
 
 
 class WriteProcessError(RuntimeError):
@@ -98,26 +55,33 @@ class Submitted:
         self.batches = batches
         self.results: list[Appended | Rejected | None] = [None] * len(batches)
         self.sent: list[int] = []  # the positions of the batches sent
-        self.answer: _Committed | _Failed | None = None
+        self.answer: Committed | Failed | None = None
 
 
 class WriteProcess:
     """The serving side: `append_many` as the store has it, committed by the child.
 
     `start` (on the thread that is to outlive the child) before each group.
-    Groups may be handed over (`submit`) while earlier ones are committed; the
-    child commits them in that order, and `wait` takes each one's answer, in
-    any thread.
+    Groups may be handed over while earlier ones are committed; the child
+    commits them in that order. With `nonblocking` (for a trio task), groups
+    go with `send` and answers come with `answer`, one task sending at a
+    time; otherwise with `submit`, and `wait` in any thread.
     """
 
-    def __init__(self, data: Path) -> None:
+    def __init__(self, data: Path, *, nonblocking: bool = False) -> None:
         self.data = data
+        self.nonblocking = nonblocking
         self._lock = threading.Lock()  # starts and stops
         self._sending = threading.Lock()  # the requests go in the order they wait in
         self._reading = threading.Lock()  # one thread reads the answers at a time
         self._process: subprocess.Popen[bytes] | None = None
         self._waiting: deque[Submitted] = deque()  # sent, in order, not answered yet
+        self._frames = FrameBuffer()  # answers read from the pipe that does not block
+        self._reader = False  # a task is reading the answer pipe
+        self._frame_taken = trio.Event()  # set (and made anew) after each answer read
         self.started = 0
+
+    # -- blocking pipes ----------------------------------------------------------
 
     def append_many(self, batches: list[Batch]) -> list[Appended | Rejected]:
         """Commit `batches` in one write transaction; see `EventStore.append_many`."""
@@ -125,28 +89,12 @@ class WriteProcess:
 
     def submit(self, batches: list[Batch]) -> Submitted:
         """Hand a group to the child; its events that cannot be stored are refused here."""
-        submitted = Submitted(batches)
-        out = [_OutBatch(b.stream.guild_id, b.stream.channel_id, b.events) for b in batches]
-        try:
-            body = _encoder.encode(out)  # the whole group in one call
-            submitted.sent = list(range(len(batches)))
-        except (OverflowError, TypeError, ValueError):  # find the batches that cannot be
-            for position, batch in enumerate(batches):  # stored, as the store words it
-                try:
-                    stored_events(batch)
-                except Rejected as refused:
-                    submitted.results[position] = refused
-                    continue
-                submitted.sent.append(position)
-            body = _encoder.encode([out[position] for position in submitted.sent])
-        if not submitted.sent:
-            submitted.answer = _Committed([])
+        assert not self.nonblocking, "a process with pipes that do not block is sent to by `send`"
+        submitted, request = self._encoded(batches)
+        if request is None:
             return submitted
-        request = frame(body)
         with self._sending:
-            process = self._process
-            if process is None:
-                raise WriteProcessError("the write process is not started")
+            process = self._running()
             assert process.stdin is not None
             self._waiting.append(submitted)
             try:
@@ -161,10 +109,141 @@ class WriteProcess:
         while submitted.answer is None:
             with self._reading:
                 if submitted.answer is None:
-                    self._read_answer()
+                    with self._lock:
+                        process, started = self._process, self.started
+                    body = None
+                    if process is not None and process.stdout is not None:
+                        try:
+                            body = read_frame(process.stdout)
+                        except (OSError, ValueError):  # ValueError: the pipe closed meanwhile
+                            body = None
+                    self._take(body, started)
+        return self._results(submitted)
+
+    # -- pipes that do not block (trio) ---------------------------------------------
+
+    async def send(self, batches: list[Batch]) -> Submitted:
+        """`submit` for a trio task: the frame goes as fast as the pipe takes it.
+
+        Cancelled halfway, the child is stopped, since it could only misread
+        what follows; the groups it was sent fail.
+        """
+        assert self.nonblocking, "a process with blocking pipes is sent to by `submit`"
+        submitted, request = self._encoded(batches)
+        if request is None:
+            return submitted
+        with self._lock:
+            process = self._running()
+            assert process.stdin is not None
+            self._waiting.append(submitted)
+        fd = process.stdin.fileno()
+        view = memoryview(request)
+        try:
+            while view:
+                try:
+                    view = view[os.write(fd, view) :]
+                except BlockingIOError:
+                    await trio.lowlevel.wait_writable(fd)
+        except (OSError, trio.ClosedResourceError):  # it died: `answer` says so
+            pass
+        except BaseException:
+            with self._lock:
+                if self._process is process:
+                    self._fail_waiting()
+                    self._stop(kill=True)
+            raise
+        return submitted
+
+    async def answer(self, submitted: Submitted) -> list[Appended | Rejected]:
+        """`wait` for a trio task: the results of a group sent, once committed.
+
+        One task reads the pipe at a time; an answer it reads for another
+        group wakes that group's task.
+        """
+        while submitted.answer is None:
+            if self._reader:
+                await self._frame_taken.wait()
+                continue
+            self._reader = True
+            try:
+                with self._lock:
+                    process, started = self._process, self.started
+                body = await self._next_frame(process)
+                self._take(body, started)
+            finally:
+                self._reader = False
+                self._frame_taken.set()
+                self._frame_taken = trio.Event()
+        return self._results(submitted)
+
+    async def _next_frame(self, process: subprocess.Popen[bytes] | None) -> bytes | None:
+        """The next answer's body, or None if the child is gone."""
+        frames = self._frames
+        while (body := frames.next_frame()) is None:
+            if process is None or process.stdout is None:
+                return None
+            try:
+                fd = process.stdout.fileno()
+                data = os.read(fd, READ_BYTES)
+            except BlockingIOError:
+                try:
+                    await trio.lowlevel.wait_readable(fd)
+                except trio.ClosedResourceError:  # stopped meanwhile
+                    return None
+                continue
+            except (OSError, ValueError):  # ValueError: the pipe was closed meanwhile
+                return None
+            if not data:
+                return None
+            frames.feed(data)
+        return body
+
+    # -- both ----------------------------------------------------------------------
+
+    def _encoded(self, batches: list[Batch]) -> tuple[Submitted, bytes | None]:
+        """The group and the frame to send it in; no frame if no batch can be stored."""
+        submitted = Submitted(batches)
+        out = [OutBatch(b.stream.guild_id, b.stream.channel_id, b.events) for b in batches]
+        try:
+            body = encoder.encode(out)  # the whole group in one call
+            submitted.sent = list(range(len(batches)))
+        except (OverflowError, TypeError, ValueError):  # find the batches that cannot be
+            for position, batch in enumerate(batches):  # stored, as the store words it
+                try:
+                    stored_events(batch)
+                except Rejected as refused:
+                    submitted.results[position] = refused
+                    continue
+                submitted.sent.append(position)
+            body = encoder.encode([out[position] for position in submitted.sent])
+        if not submitted.sent:
+            submitted.answer = Committed([])
+            return submitted, None
+        return submitted, frame(body)
+
+    def _running(self) -> subprocess.Popen[bytes]:
+        process = self._process
+        if process is None:
+            raise WriteProcessError("the write process is not started")
+        return process
+
+    def _take(self, body: bytes | None, started: int) -> None:
+        """Give the answer read (None: the child is gone) to the earliest waiting group."""
+        with self._lock:
+            if self.started != started:  # a new child came meanwhile: `start` failed its
+                return  # groups, and what was read here is the old one's
+            if body is None:  # every group waiting fails with it
+                self._fail_waiting()
+                self._stop(kill=True)
+                return
+            self._waiting.popleft().answer = answer_decoder.decode(body)
+
+    @staticmethod
+    def _results(submitted: Submitted) -> list[Appended | Rejected]:
         answer = submitted.answer
-        if isinstance(answer, _Failed):
+        if isinstance(answer, Failed):
             raise WriteProcessError(answer.error)
+        assert answer is not None
         if len(answer.results) != len(submitted.sent):
             raise WriteProcessError("the write process answered for other batches")
         results = submitted.results
@@ -177,29 +256,10 @@ class WriteProcess:
             )
         return [result for result in results if result is not None]
 
-    def _read_answer(self) -> None:
-        """Read the next answer, which is the earliest waiting group's."""
-        with self._lock:
-            process, started = self._process, self.started
-        body = None
-        if process is not None and process.stdout is not None:
-            try:
-                body = read_frame(process.stdout)
-            except (OSError, ValueError):  # ValueError: the pipe was closed meanwhile
-                body = None
-        with self._lock:
-            if self.started != started:  # a new child came meanwhile: `start` failed its
-                return  # groups, and what was read here is the old one's
-            if body is None:  # every group waiting fails with it
-                self._fail_waiting()
-                self._stop(kill=True)
-                return
-            self._waiting.popleft().answer = _answers.decode(body)
-
     def _fail_waiting(self) -> None:
         """Fail every group sent to the child and not answered (the caller holds `_lock`)."""
         for waiting in self._waiting:
-            waiting.answer = _Failed("the write process stopped before it answered")
+            waiting.answer = Failed("the write process stopped before it answered")
         self._waiting.clear()
 
     def start(self) -> None:
@@ -211,12 +271,19 @@ class WriteProcess:
             if process is not None:  # it died: what it was sent is lost with it
                 self._fail_waiting()
                 self._stop()
-            self._process = subprocess.Popen(
-                child_command("eva.store.write_process", str(self.data)),
+            process = subprocess.Popen(
+                child_command("eva.store.write_child", str(self.data)),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 env=child_env(),
             )
+            if self.nonblocking:
+                assert process.stdin is not None
+                assert process.stdout is not None
+                os.set_blocking(process.stdin.fileno(), False)
+                os.set_blocking(process.stdout.fileno(), False)
+                self._frames = FrameBuffer()
+            self._process = process
             self.started += 1
 
     def suspend(self) -> None:
@@ -241,6 +308,7 @@ class WriteProcess:
             process.kill()
         assert process.stdin is not None
         assert process.stdout is not None
+        _closing(process.stdin.fileno())
         with contextlib.suppress(OSError):
             process.stdin.close()
         try:
@@ -248,74 +316,11 @@ class WriteProcess:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+        _closing(process.stdout.fileno())
         process.stdout.close()
 
 
-def serve(store: EventStore, requests: IO[bytes], answers: IO[bytes]) -> None:
-    """The child's side: commit each request's batches and answer, until the input ends."""
-    while (body := read_frame(requests)) is not None:
-        answer: _Committed | _Failed
-        try:
-            answer = _Committed(_commit(store, _requests.decode(body)))
-        except Exception as error:  # the whole commit failed: the sender hears why
-            answer = _Failed(f"{type(error).__name__}: {error}")
-        answers.write(frame(_encoder.encode(answer)))
-        answers.flush()
-
-
-def _commit(store: EventStore, raw: list[_RawBatch]) -> list[_Result]:
-    results: list[_Result | None] = [None] * len(raw)
-    batches: list[Batch] = []
-    stored: list[list[bytes]] = []
-    positions: list[int] = []
-    for position, item in enumerate(raw):
-        stream = StreamId(item.guild_id, item.channel_id)
-        try:
-            events = [decode_event(data) for data in item.events]
-        except msgspec.DecodeError as error:
-            results[position] = _Result(refused=f"{stream}: an event cannot be stored: {error}")
-            continue
-        positions.append(position)
-        batches.append(Batch(stream, events))
-        stored.append([bytes(data) for data in item.events])
-    for position, result in zip(positions, store.append_many(batches, stored), strict=True):
-        results[position] = (
-            _Result(refused=str(result))
-            if isinstance(result, Rejected)
-            else _Result(result.first, result.count)
-        )
-    return [result for result in results if result is not None]
-
-
-def _die_with_parent() -> None:
-    """Ask Linux to kill this process when its parent dies; leave if it is gone already."""
-    parent = os.getppid()
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # not Linux: the closed pipe still ends it
-        pass
-    if os.getppid() != parent:
-        os._exit(0)
-
-
-def main() -> NoReturn:
-    _die_with_parent()
-    # A stop signal sent to the whole process group (Ctrl-C, a service manager) is the
-    # parent's to handle: it finishes the commits under way, then closes the pipe.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    # Each commit makes and drops thousands of short-lived objects (decoded events,
-    # keys): the young generation is collected every YOUNG_GENERATION of them, as
-    # a serving process does, and what start-up made is left out of full collections.
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(YOUNG_GENERATION, *gc.get_threshold()[1:])
-    backend = open_backend(Path(sys.argv[1]))
-    serve(EventStore(backend), sys.stdin.buffer, sys.stdout.buffer)
-    backend.close()
-    os._exit(0)
-
-
-if __name__ == "__main__":
-    main()
+def _closing(fd: int) -> None:
+    """Wake a trio task waiting on `fd` before it is closed (it sees the pipe closed)."""
+    with contextlib.suppress(RuntimeError):  # not on the trio thread: no task can wait on it
+        trio.lowlevel.notify_closing(fd)
