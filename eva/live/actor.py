@@ -165,6 +165,9 @@ class ChannelActor:
         self.stopped = False
         self.unfinished_upto = 0  # the cutoff of a run that left leaves undone
         self._quiet_timer_for = -math.inf
+        # The stream's record as the step just served left it, read after its last
+        # await: the loop's next deadline needs it, and nothing has changed it since.
+        self._meta_now: StreamMeta | None = None
         # Reads queued and not yet answered, counted by the sender from the moment it
         # queues one: the read task takes a read off the inbox a turn before it serves
         # it, and the actor must not sleep in that turn.
@@ -188,7 +191,9 @@ class ChannelActor:
             nursery.start_soon(self._serve_reads)
             while not self._may_sleep():
                 request = None
-                with trio.move_on_at(self._next_deadline()) as self._waiting:
+                deadline = self._next_deadline()
+                self._meta_now = None
+                with trio.move_on_at(deadline) as self._waiting:
                     request = await self.receive.receive()
                 if request is None:
                     await self._on_timer()
@@ -229,7 +234,7 @@ class ChannelActor:
         return max(self.last_input, self.last_read)
 
     def _publish_pending(self) -> bool:
-        meta = self._meta()
+        meta = self._meta_now or self._meta()
         return meta is not None and meta.leaf_frontier > meta.row_frontier
 
     def _next_deadline(self) -> float:
@@ -291,10 +296,10 @@ class ChannelActor:
     async def _handle(self, item: ChannelInput) -> Any:
         match item:
             case Post():
-                index = (await self._posts([item]))[0]
-                if index is not None:
-                    await self._after_posts()
-                return index
+                indexes, meta = await self._posts([item])
+                if meta is not None:
+                    await self._after_posts(meta)
+                return indexes[0]
             case Edit():
                 return await self._edit(item)
             case Delete():
@@ -360,8 +365,9 @@ class ChannelActor:
                 break
             batch.append(queued)
         posts = [request.item for request in batch if isinstance(request.item, Post)]
+        meta: StreamMeta | None = None
         try:
-            indexes = await self._posts(posts)
+            indexes, meta = await self._posts(posts)
         except Rejected:
             # One of them does not fit: serve them one by one, so only it fails.
             for request in batch:
@@ -374,10 +380,12 @@ class ChannelActor:
         else:
             for request, index in zip(batch, indexes, strict=True):
                 request.reply(index)
-            if any(index is not None for index in indexes):
-                await self._after_posts()
+            if meta is not None:
+                meta = await self._after_posts(meta)
         if after is not None:
             await self._serve(after)
+        else:
+            self._meta_now = meta
 
     def _places(self, posts: Sequence[Post]) -> list[_Place | None]:
         """Where each post is stored, or goes if stored next; None for a repeat of one before."""
@@ -399,8 +407,12 @@ class ChannelActor:
             seen.add(post.message_id)
         return places
 
-    async def _posts(self, posts: list[Post]) -> list[int | None]:
-        """Store posts (in one append); each gets its index, or None if already stored."""
+    async def _posts(self, posts: list[Post]) -> tuple[list[int | None], StreamMeta | None]:
+        """Store posts (in one append); each gets its index, or None if already stored.
+
+        With the indexes comes the stream's record once they are stored (None if
+        none was new).
+        """
         indexes = [
             None if place is None or place.stored else place.at
             for place in self._places(posts)
@@ -411,7 +423,7 @@ class ChannelActor:
             if index is not None
         ]
         if not events:
-            return indexes
+            return indexes, None
         await self._write(events)
         for event in events:
             if isinstance(event, MessagePosted):
@@ -424,17 +436,20 @@ class ChannelActor:
         tz = channel_zone(meta, self.shared.settings)
         self.tail.add(zip(posts, indexes, strict=True), tz)
         self.sizes.use_zone(tz)  # lines are measured as they are written, from the first
-        return indexes
+        return indexes, meta
 
-    async def _after_posts(self) -> None:
+    async def _after_posts(self, meta: StreamMeta) -> StreamMeta | None:
         """What stored posts set going: a publish if the tail overflows, compression.
 
-        Run once their senders have their answers, which need neither."""
-        meta = self._meta()
-        if meta is not None and meta.tail_bytes > self.shared.settings.overflow_tail_bytes:
+        Run once their senders have their answers, which need neither; `meta` is
+        the stream's record read since they were stored. Returns it if it still
+        holds (None after a publish)."""
+        if meta.tail_bytes > self.shared.settings.overflow_tail_bytes:
             await self._maybe_publish()
-            meta = None  # the publish moved it on
+            self._maybe_compress()  # the publish moved the record on
+            return None
         self._maybe_compress(meta=meta)
+        return meta
 
     async def _edit(self, edit: Edit) -> bool:
         index = self.shared.store.index_of(self.stream, edit.message_id)

@@ -97,7 +97,10 @@ class Supervisor:
 
         They go into the inbox without a pause between them while it has room, so the
         actor finds posts that arrived together side by side and stores them in one
-        commit; a full inbox makes this wait, as `submit` does.
+        commit; a full inbox makes this wait, as `submit` does. It is a point where
+        the caller may be cancelled, but it lets other tasks run only when it waits
+        for room: the caller's next step is to wait for the answers, and one turn of
+        the scheduler there is enough.
         """
         await trio.lowlevel.checkpoint_if_cancelled()
         requests = []
@@ -122,7 +125,6 @@ class Supervisor:
                     if not queued:
                         actor.reads_pending -= reading
             requests.append(request)
-        await trio.lowlevel.cancel_shielded_checkpoint()  # what is queued stays queued
         return requests
 
     def wake(self, stream: StreamId) -> None:

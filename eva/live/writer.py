@@ -78,7 +78,10 @@ class Writer:
         keeps beside the store is never behind what another task reads there.
         """
         request = _Request(Batch(stream, list(events)), on_stored)
-        await self._send.send(request)
+        try:  # no turn of the scheduler to queue it while there is room: the wait is one
+            self._send.send_nowait(request)
+        except trio.WouldBlock:
+            await self._send.send(request)
         await request.done.wait()
         if request.error is not None:
             raise request.error
