@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 import trio
+import trio.testing
 
-from eva.core.events import LineWritten, MessagePosted
+from eva.core.events import AnyEvent, LineWritten, MessagePosted
 from eva.core.keys import StreamId
 from eva.core.projection import Rejected
 from eva.live.writer import open_writer
@@ -71,3 +72,68 @@ async def test_on_stored_is_not_called_for_refused_events(tmp_path: Path) -> Non
         await writer.append(A, [posted(0)], lambda: called.append("post"))
     assert called == ["post"]
     assert store.meta(A) is not None and store.meta(A).position == 1  # type: ignore[union-attr]
+
+
+def leaves(start: int, count: int) -> list[LineWritten]:
+    return [
+        LineWritten(at_ms=1, start=i, size=1, text=f"ann: message {i}", first_ms=1, last_ms=1)
+        for i in range(start, start + count)
+    ]
+
+
+@pytest.mark.parametrize("process", [False, True], ids=["thread", "write process"])
+async def test_people_go_first_and_lines_wait_a_few_commits(
+    tmp_path: Path, process: bool
+) -> None:
+    """Queued behind thousands of lines, a post lands in the next commit; the lines
+    follow about BACKGROUND_EVENTS at a time."""
+    store = store_in(tmp_path)
+    landed: list[tuple[str, int]] = []  # (what, the commit it landed in)
+
+    async with open_writer(store, process=process) as writer:
+        await writer.append(A, [posted(i) for i in range(1200)])
+
+        async def send(
+            what: str, stream: StreamId, events: list[AnyEvent], background: bool
+        ) -> None:
+            def stored() -> None:
+                landed.append((what, writer.statistics().commits))
+
+            await writer.append(stream, events, stored, background=background)
+
+        start = writer.statistics().commits
+        # Everything below queues up while the writer is paused.
+        async with trio.open_nursery() as nursery, writer.paused():
+            for number in range(4):
+                lines = leaves(number * 300, 300)
+                nursery.start_soon(send, f"lines {number}", A, lines, True)
+                await trio.testing.wait_all_tasks_blocked()
+            nursery.start_soon(send, "post", B, [posted(0)], False)
+            await trio.testing.wait_all_tasks_blocked()
+    commit = {what: number - start for what, number in landed}
+    # The post was queued last and lands first; a group takes one 300-line append
+    # (the first goes whole), the next waits for the next commit.
+    assert commit == {"post": 1, "lines 0": 1, "lines 1": 2, "lines 2": 3, "lines 3": 4}
+    meta = store.meta(A)
+    assert meta is not None and meta.lines == 1200
+
+
+async def test_lines_move_on_with_every_commit_however_many_posts_wait(tmp_path: Path) -> None:
+    store = store_in(tmp_path)
+    async with open_writer(store) as writer:
+        await writer.append(A, [posted(0)])
+        async with trio.open_nursery() as nursery, writer.paused():
+            nursery.start_soon(
+                lambda: writer.append(A, leaves(0, 1), background=True)
+            )
+            await trio.testing.wait_all_tasks_blocked()
+            for number in range(700):  # more than a group takes of them
+                nursery.start_soon(writer.append, StreamId(2, number), [posted(0)])
+            await trio.testing.wait_all_tasks_blocked()
+            before = writer.statistics().commits
+            # The line went with the first group after the pause, among 512 posts.
+        stats = writer.statistics()
+    assert stats.commits - before == 2
+    assert stats.largest_group == 513
+    meta = store.meta(A)
+    assert meta is not None and meta.lines == 1

@@ -657,12 +657,15 @@ class ChannelActor:
         await self.shared.writer.append(self.stream, events)
 
     async def _append(self, stream: StreamId, events: Sequence[AnyEvent]) -> Appended:
-        """The `Append` that compression and publishing write through.
+        """The `Append` that compression and publishing write through; lines go in the
+        background (see eva.live.writer).
 
         The lines written are measured as they are stored, so that a publish
         that reads them in the stream's record already has their sizes.
         """
         lines = [event for event in events if isinstance(event, LineWritten)]
-        if not lines:
+        if not lines:  # a row: the actor waits for it before it serves the next posts
             return await self.shared.writer.append(stream, events)
-        return await self.shared.writer.append(stream, events, lambda: self.sizes.learn(lines))
+        return await self.shared.writer.append(
+            stream, events, lambda: self.sizes.learn(lines), background=True
+        )

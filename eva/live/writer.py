@@ -10,8 +10,16 @@
 # commit runs on another core, and the next group is handed over while one
 # is committed, so the child need not wait for this process to take an
 # answer in before it starts the next.
+#
+# Appends are of two kinds. What people did (posts, edits, deletions) and the
+# records of Eva's own calls are urgent; what compression and publishing write
+# is background. Every group takes all the urgent appends waiting, and
+# background ones up to about BACKGROUND_EVENTS events, so a commit stays short
+# and a post never waits behind thousands of lines, while background work
+# still moves on with every commit.
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -26,6 +34,10 @@ from eva.store.lmdb_kv import LmdbBackend
 from eva.store.write_process import Submitted, WriteProcess
 
 MAX_GROUP = 512
+"""Urgent appends a group takes at most."""
+BACKGROUND_EVENTS = 256
+"""Background events a group takes once it holds one background append (the first one
+goes whole, however long)."""
 IN_FLIGHT = 2
 """Groups handed to a write process at once: it commits the next while this one is answered."""
 
@@ -34,6 +46,7 @@ IN_FLIGHT = 2
 class _Request:
     batch: Batch
     on_stored: Callable[[], None] | None = None
+    background: bool = False
     done: trio.Event = field(default_factory=trio.Event)
     result: Appended | Rejected | None = None
     error: BaseException | None = None
@@ -58,6 +71,11 @@ class Writer:
         self.store = store
         self.process = process
         self._send, self._receive = trio.open_memory_channel[_Request](capacity)
+        # Taken off the channel, waiting for a group. Background appends wait here
+        # longer; there are at most as many as tasks that write in the background,
+        # since each waits for its append before the next.
+        self._urgent: deque[_Request] = deque()
+        self._background: deque[_Request] = deque()
         self._commits = 0
         self._appends = 0
         self._events = 0
@@ -70,14 +88,18 @@ class Writer:
         stream: StreamId,
         events: Sequence[AnyEvent],
         on_stored: Callable[[], None] | None = None,
+        *,
+        background: bool = False,
     ) -> Appended:
         """Append `events` to `stream` atomically; raises Rejected if they do not fit.
 
         `on_stored` is called once they are durable, before any task that waits
         on the commit runs (and not if they are refused), so that what a caller
         keeps beside the store is never behind what another task reads there.
+        A `background` append (lines, rows) may wait for a few commits while
+        people's messages go first.
         """
-        request = _Request(Batch(stream, list(events)), on_stored)
+        request = _Request(Batch(stream, list(events)), on_stored, background)
         try:  # no turn of the scheduler to queue it while there is room: the wait is one
             self._send.send_nowait(request)
         except trio.WouldBlock:
@@ -112,18 +134,37 @@ class Writer:
     async def run(self) -> None:
         """Commit requests in groups until the channel closes; then finish what is queued."""
         async with self._receive, trio.open_nursery() as answering:
-            async for first in self._receive:
-                group = [first]
-                while len(group) < MAX_GROUP:
+            while True:
+                if not self._urgent and not self._background:
                     try:
-                        group.append(self._receive.receive_nowait())
-                    except (trio.WouldBlock, trio.EndOfChannel):
+                        self._queue(await self._receive.receive())
+                    except trio.EndOfChannel:
                         break
                 async with self._paused:
                     if self.process is None:
-                        await self._commit(group)
-                    else:
-                        await self._submit(group, answering)
+                        await self._commit(self._next_group())
+                        continue
+                    await self._in_flight.acquire()  # the group is chosen once it can go
+                    await self._submit(self._next_group(), answering)
+
+    def _queue(self, request: _Request) -> None:
+        (self._background if request.background else self._urgent).append(request)
+
+    def _next_group(self) -> list[_Request]:
+        """Every urgent append waiting, then background ones up to BACKGROUND_EVENTS."""
+        while True:
+            try:
+                self._queue(self._receive.receive_nowait())
+            except (trio.WouldBlock, trio.EndOfChannel):
+                break
+        urgent, background = self._urgent, self._background
+        group = [urgent.popleft() for _ in range(min(len(urgent), MAX_GROUP))]
+        events = 0
+        while background and events < BACKGROUND_EVENTS:  # never starved by urgent ones
+            request = background.popleft()
+            group.append(request)
+            events += len(request.batch.events)
+        return group
 
     async def _commit(self, group: list[_Request]) -> None:
         """Commit a group in a worker thread of this process."""
@@ -139,10 +180,9 @@ class Writer:
 
     async def _submit(self, group: list[_Request], answering: trio.Nursery) -> None:
         """Hand a group to the write process, to be answered by a task of `answering`
-        once committed; up to IN_FLIGHT groups are handed over at once."""
+        once committed; the caller holds one of the IN_FLIGHT places for it."""
         process = self.process
         assert process is not None
-        await self._in_flight.acquire()
         try:
             process.start()  # from this thread: the child lives as long as it does
             submitted = await process.send([request.batch for request in group])

@@ -37,7 +37,8 @@ from eva.store.event_store import Appended, EventStore, StoredMessage
 log = logging.getLogger(__name__)
 
 Append = Callable[[StreamId, Sequence[AnyEvent]], Awaitable[Appended]]
-APPEND_CHUNK = 2048
+APPEND_CHUNK = 256
+"""Lines appended together: the writer takes background work about this much at a time."""
 STEP_CHUNK = 256
 """Messages or merges looked at between two checkpoints, so a run never holds the loop long."""
 MAX_ATTEMPTS = 3
