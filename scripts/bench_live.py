@@ -13,7 +13,10 @@ feed, as well as the feed's). In
 each phase, after that saturating feed, the same messages are offered again to
 fresh channels at steady rates (--paced-rates, open loop; the first
 --paced-messages of them at each rate) to time input to durable at loads
-below saturation. Then it times GetPrompt on channels kept
+below saturation, and then the whole sample once more at --sustained-rate
+(default 20,000 a second), open loop, to fresh channels: its latencies, the
+rate reached, and the rate counting the time compression takes to finish
+after it (sustained_caught_up_msgs_per_s). Then it times GetPrompt on channels kept
 awake by the questions, and, in a fresh directory first thing in the process,
 measures what a sleeping channel costs in memory. Commits are made by a write
 process, as serving makes them (`--writer thread`: in a thread of this
@@ -24,6 +27,7 @@ like their start-up. The last line printed is one JSON object.
     python scripts/bench_live.py [--channels 200] [--compress-at-kib 4]
                                  [--sleeping-channels 10000] [--prompts 3000]
                                  [--window 64] [--paced-rates 1000,3000,10000]
+                                 [--sustained-rate 20000]
 """
 
 from __future__ import annotations
@@ -69,6 +73,8 @@ STEP_LIMIT_S = 120.0
 PACED_RATES = (1_000.0, 3_000.0, 10_000.0)
 PACED_MESSAGES = 10_000
 """Messages a second offered, open loop, when timing input-to-durable at a steady load."""
+SUSTAINED_RATE = 20_000.0
+"""Messages a second offered, open loop, when the whole sample is fed at a steady rate."""
 PACED_TICK_S = 0.002
 """How often the paced feed's clock releases the messages that have arrived."""
 PACED_CHANNEL = 1_000_000
@@ -262,6 +268,7 @@ async def ingest_phase(
     window: int = WINDOW,
     paced_rates: Sequence[float] = PACED_RATES,
     paced_messages: int = PACED_MESSAGES,
+    sustained_rate: float = SUSTAINED_RATE,
 ) -> dict[str, Any]:
     """Ingest into `channels` channels, let compression finish, time prompts, let them sleep."""
     store = EventStore(open_backend(data))
@@ -289,6 +296,15 @@ async def ingest_phase(
                 "store_p50_ms": round(sorted(paced)[len(paced) // 2] * 1000, 3),
                 "store_p99_ms": p99_ms(paced),
             }
+        first = PACED_CHANNEL + len(paced_rates) * channels
+        sustained_s, sustained = await ingest_paced(
+            supervisor, posts, channels, sustained_rate, first
+        )
+        note(f"the whole sample at {sustained_rate:,.0f} msgs/s took {sustained_s:.2f} s")
+        settle_started = time.perf_counter()
+        with trio.fail_after(STEP_LIMIT_S):
+            await settle(store, settings, supervisor)
+        sustained_settle_s = time.perf_counter() - settle_started
         note("timing prompts")
         with trio.fail_after(STEP_LIMIT_S):
             # Questions to a few channels keep them awake (reads count as activity);
@@ -315,6 +331,14 @@ async def ingest_phase(
         "store_max_ms": round(max(latencies) * 1000, 3),
         "tasks_done_during_ingest": ingested.tasks_done,
         "paced": paced_runs,
+        "sustained": {
+            "offered_msgs_per_s": round(sustained_rate),
+            "achieved_msgs_per_s": round(len(sustained) / sustained_s),
+            "store_p50_ms": round(sorted(sustained)[len(sustained) // 2] * 1000, 3),
+            "store_p99_ms": p99_ms(sustained),
+            "settle_s": round(sustained_settle_s, 3),
+            "caught_up_msgs_per_s": round(len(sustained) / (sustained_s + sustained_settle_s)),
+        },
         "settle_s": round(settle_s, 3),
         # Messages a second counting the time compression took to finish after the feed:
         # what the phase sustains with none of its work left for later.
@@ -391,6 +415,11 @@ def main() -> int:
         help="messages offered at each steady rate (default %(default)s)",
     )
     parser.add_argument(
+        "--sustained-rate", type=float, default=SUSTAINED_RATE,
+        help="messages a second at which the whole sample is fed once more, open loop "
+        "(default %(default).0f)",
+    )
+    parser.add_argument(
         "--writer", choices=("process", "thread"), default="process",
         help="commit in a write process (the default, as serving does) or in a thread",
     )
@@ -422,10 +451,12 @@ def main() -> int:
         sleeping = trio.run(sleeping_phase, root / "sleeping", posts, args.sleeping_channels)
         print("sleeping channels:", json.dumps(sleeping), file=sys.stderr)
         plain = trio.run(ingest_phase, root / "default", posts, args.channels, default,
-                         args.prompts, args.window, args.paced_rates, args.paced_messages)
+                         args.prompts, args.window, args.paced_rates, args.paced_messages,
+                         args.sustained_rate)
         print("default marks:", json.dumps(plain), file=sys.stderr)
         compressing = trio.run(ingest_phase, root / "small", posts, args.channels, small,
-                               args.prompts, args.window, args.paced_rates, args.paced_messages)
+                               args.prompts, args.window, args.paced_rates, args.paced_messages,
+                               args.sustained_rate)
         print("small marks:", json.dumps(compressing), file=sys.stderr)
         rss_mb = round(memory_kb()["VmRSS"] / 1024, 1)
     worst = min(plain["ingest_msgs_per_s"], compressing["ingest_msgs_per_s"])
@@ -441,6 +472,8 @@ def main() -> int:
             rate: max(run["store_p99_ms"], compressing["paced"][rate]["store_p99_ms"])
             for rate, run in plain["paced"].items()
         },
+        "sustained_compressing": compressing["sustained"],
+        "sustained_default_marks": plain["sustained"],
         "prompt_p99_ms": max(plain["prompt_p99_ms"], compressing["prompt_p99_ms"]),
         "prompt_cold_p99_ms": max(plain["prompt_cold_p99_ms"], compressing["prompt_cold_p99_ms"]),
         "tasks_done": compressing["tasks_done"],
