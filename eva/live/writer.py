@@ -38,6 +38,8 @@ MAX_GROUP = 512
 BACKGROUND_EVENTS = 256
 """Background events a group takes once it holds one background append (the first one
 goes whole, however long)."""
+BACKGROUND_EVENTS_ALONE = 1024
+"""Background events a group of nothing else takes."""
 IN_FLIGHT = 2
 """Groups handed to a write process at once: it commits the next while this one is answered."""
 
@@ -160,7 +162,8 @@ class Writer:
         urgent, background = self._urgent, self._background
         group = [urgent.popleft() for _ in range(min(len(urgent), MAX_GROUP))]
         events = 0
-        while background and events < BACKGROUND_EVENTS:  # never starved by urgent ones
+        budget = BACKGROUND_EVENTS if group else BACKGROUND_EVENTS_ALONE
+        while background and events < budget:  # never starved by urgent ones
             request = background.popleft()
             group.append(request)
             events += len(request.batch.events)
