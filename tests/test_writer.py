@@ -85,13 +85,13 @@ def leaves(start: int, count: int) -> list[LineWritten]:
 async def test_people_go_first_and_lines_wait_a_few_commits(
     tmp_path: Path, process: bool
 ) -> None:
-    """Queued behind thousands of lines, a post lands in the next commit; the lines
-    follow about BACKGROUND_EVENTS at a time."""
+    """Queued behind thousands of lines, a post lands in the next commit; the lines go
+    about 256 at a time beside it, and about 1,024 at a time in groups of their own."""
     store = store_in(tmp_path)
     landed: list[tuple[str, int]] = []  # (what, the commit it landed in)
 
     async with open_writer(store, process=process) as writer:
-        await writer.append(A, [posted(i) for i in range(1200)])
+        await writer.append(A, [posted(i) for i in range(2400)])
 
         async def send(
             what: str, stream: StreamId, events: list[AnyEvent], background: bool
@@ -104,18 +104,20 @@ async def test_people_go_first_and_lines_wait_a_few_commits(
         start = writer.statistics().commits
         # Everything below queues up while the writer is paused.
         async with trio.open_nursery() as nursery, writer.paused():
-            for number in range(4):
+            for number in range(8):
                 lines = leaves(number * 300, 300)
                 nursery.start_soon(send, f"lines {number}", A, lines, True)
                 await trio.testing.wait_all_tasks_blocked()
             nursery.start_soon(send, "post", B, [posted(0)], False)
             await trio.testing.wait_all_tasks_blocked()
     commit = {what: number - start for what, number in landed}
-    # The post was queued last and lands first; a group takes one 300-line append
-    # (the first goes whole), the next waits for the next commit.
-    assert commit == {"post": 1, "lines 0": 1, "lines 1": 2, "lines 2": 3, "lines 3": 4}
+    # The post was queued last and lands first, with one 300-line append (the first
+    # goes whole); then lines alone, until a group passes 1,024 of them.
+    assert commit == {"post": 1, "lines 0": 1} | {f"lines {n}": 2 for n in (1, 2, 3, 4)} | {
+        f"lines {n}": 3 for n in (5, 6, 7)
+    }
     meta = store.meta(A)
-    assert meta is not None and meta.lines == 1200
+    assert meta is not None and meta.lines == 2400
 
 
 async def test_lines_move_on_with_every_commit_however_many_posts_wait(tmp_path: Path) -> None:
