@@ -49,6 +49,7 @@ from eva.live.inputs import (
     posted_event,
 )
 from eva.live.prompt_tail import PromptTail
+from eva.live.turns import Turns
 from eva.live.writer import Writer
 from eva.memory.compress import CompressStats, compress, run_cutoff
 from eva.memory.forget import StreamErased, erase_in_stream
@@ -130,6 +131,7 @@ class Shared:
     runs_failed: int = 0
     crashes: int = 0
     purge_later: Callable[[StreamId, list[str]], None] = lambda stream, texts: None
+    turns: Turns = field(default_factory=Turns)  # the channels' compression steps, in turn
 
 
 class _Place(NamedTuple):
@@ -583,6 +585,7 @@ class ChannelActor:
                     upto,
                     urgent=False,
                     unleafed=self.unleafed,
+                    pause=shared.turns.take,
                 )
                 meta = self._meta()
                 if meta is not None:  # what has its leaf now is read no more

@@ -37,6 +37,8 @@ from eva.store.event_store import Appended, EventStore, StoredMessage
 log = logging.getLogger(__name__)
 
 Append = Callable[[StreamId, Sequence[AnyEvent]], Awaitable[Appended]]
+Pause = Callable[[], Awaitable[None]]
+"""Awaited before each stretch of a run's work without a wait (eva.live.turns)."""
 APPEND_CHUNK = 256
 """Lines appended together: the writer takes background work about this much at a time."""
 STEP_CHUNK = 256
@@ -71,6 +73,7 @@ class Run:
     append: Append
     settings: MemorySettings
     now_ms: int
+    pause: Pause = trio.lowlevel.checkpoint
     stats: CompressStats = field(default_factory=CompressStats)
     attempts: dict[Address, int] = field(default_factory=dict)
     given_up: set[Address] = field(default_factory=set)
@@ -146,6 +149,7 @@ async def compress(
     upto: int,
     urgent: bool = True,
     unleafed: Mapping[int, StoredMessage] | None = None,
+    pause: Pause = trio.lowlevel.checkpoint,
 ) -> CompressStats:
     """Write the leaves of messages before `upto` and every merge that becomes ready.
 
@@ -157,8 +161,12 @@ async def compress(
     carry a full `tasks_per_request` wherever they can. `unleafed` may hold the
     messages the leaves are made of, as the store holds them now (a live actor
     keeps those it stored); the store is read where it does not hold them all.
+    `pause` is awaited before each stretch of work between two waits (at most
+    STEP_CHUNK messages or merges), so that a process compressing many
+    channels can let them take turns.
     """
-    run = Run(store, stream, append, settings, now_ms, unleafed=unleafed)
+    run = Run(store, stream, append, settings, now_ms, pause, unleafed=unleafed)
+    await pause()
     candidates = {Address(start, size) for start, size in store.ready(stream)}
     tasks, staged = await _leaves(run, upto)
     candidates |= _parents_ready(run, staged)
@@ -171,6 +179,7 @@ async def compress(
         if not sending:
             break
         retry, staged = await summarize_round(run, summarizer, sending, urgent)
+        await pause()
         queued -= {line_address(line) for line in staged}
         tasks.extend(retry)
         candidates = _parents_ready(run, staged)
@@ -225,6 +234,8 @@ def stage(run: Run, lines: list[LineWritten]) -> list[LineWritten]:
 async def append_lines(run: Run, lines: list[LineWritten]) -> None:
     for start in range(0, len(lines), APPEND_CHUNK):
         await run.append(run.stream, lines[start : start + APPEND_CHUNK])
+    if lines:
+        await run.pause()
 
 
 async def _leaves(run: Run, upto: int) -> tuple[list[Task], list[LineWritten]]:
@@ -238,7 +249,7 @@ async def _leaves(run: Run, upto: int) -> tuple[list[Task], list[LineWritten]]:
     tasks: list[Task] = []
     for count, (index, message) in enumerate(_messages(run, meta.leaf_frontier, stop), 1):
         if count % STEP_CHUNK == 0:
-            await trio.lowlevel.checkpoint()
+            await run.pause()
         if run.line(leaf(index)) is not None:
             continue
         work = leaf_of(run, index, message)
@@ -304,7 +315,7 @@ async def _glue(
         ordered = sorted(candidates, key=lambda a: (a.size, a.start))
         for count, address in enumerate(ordered, 1):
             if count % STEP_CHUNK == 0:
-                await trio.lowlevel.checkpoint()
+                await run.pause()
             if address in queued or address in run.given_up or run.line(address) is not None:
                 continue
             left, right = halves_of(run, address)
