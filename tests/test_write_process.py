@@ -104,7 +104,7 @@ def test_a_dead_write_process_fails_its_group_and_the_next_starts_anew(tmp_path:
     try:
         process.start()
         process.append_many([Batch(A, [posted(0)])])
-        child = process._process
+        child = process.child.process
         assert child is not None
         child.kill()
         child.wait()
@@ -139,7 +139,7 @@ async def test_the_writer_commits_through_the_process_and_pauses_it(tmp_path: Pa
                     )
                 )
         async with writer.paused():  # the data file may be swapped here: the child is gone
-            assert writer.process._process is None
+            assert writer.process.child.process is None
         assert await writer.append(A, [leaf(0)]) == Appended(A, 50, 1)
         with pytest.raises(Rejected):
             await writer.append(B, [leaf(99)])
@@ -162,7 +162,7 @@ process = WriteProcess(Path(sys.argv[1]))
 process.start()
 post = MessagePosted(at_ms=1, index=0, message_id=1, author_id=1, author_name="a")
 process.append_many([Batch(StreamId(1, 1), [post])])
-print(process._process.pid, flush=True)
+print(process.child.process.pid, flush=True)
 time.sleep(60)
 """
 
@@ -217,7 +217,7 @@ def test_groups_sent_to_a_child_that_died_fail_and_a_new_child_answers_its_own(
     try:
         process.start()
         process.wait(process.submit([Batch(A, [posted(0)])]))
-        child = process._process
+        child = process.child.process
         assert child is not None
         child.kill()
         child.wait()
@@ -300,7 +300,7 @@ async def test_a_dead_child_fails_what_it_was_sent_and_the_next_group_starts_ane
     try:
         process.start()
         await process.answer(await process.send([Batch(A, [posted(0)])]))
-        child = process._process
+        child = process.child.process
         assert child is not None
         child.kill()
         child.wait()
@@ -325,14 +325,14 @@ async def test_a_send_cancelled_halfway_stops_the_child_and_the_next_starts_anew
         process.start()
         earlier = await process.send([Batch(A, [posted(0)])])
         assert await process.answer(earlier) == [Appended(A, 0, 1)]
-        child = process._process
+        child = process.child.process
         assert child is not None
         os.kill(child.pid, signal.SIGSTOP)  # it reads nothing more: the pipe fills up
         waiting = await process.send([Batch(B, [posted(0)])])  # sent whole, not answered
         with trio.move_on_after(0.5) as scope:
             await process.send(big_group(1, 20))
         assert scope.cancelled_caught
-        assert process._process is None  # stopped: it could only misread the rest
+        assert process.child.process is None  # stopped: it could only misread the rest
         with pytest.raises(WriteProcessError):
             await process.answer(waiting)
         process.start()
