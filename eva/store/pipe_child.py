@@ -68,6 +68,7 @@ class PipeChild:
         self.process: subprocess.Popen[bytes] | None = None
         self._waiting: deque[Pending] = deque()  # sent, in order, not answered yet
         self._frames = FrameBuffer()  # answers read from the pipe that does not block
+        self._sender = trio.Lock()  # one trio task writes a frame at a time
         self._reader = False  # a task is reading the answer pipe
         self._frame_taken = trio.Event()  # set (and made anew) after each answer read
         self.started = 0
@@ -111,12 +112,22 @@ class PipeChild:
     async def send(self, body: bytes) -> Pending:
         """`send_now` for a trio task: the frame goes as fast as the pipe takes it.
 
-        One task sends at a time. Cancelled halfway, the child is stopped, since
-        it could only misread what follows; the requests it was sent fail.
+        Tasks that send at once take turns. Cancelled halfway, the child is
+        stopped, since it could only misread what follows; the requests it was
+        sent fail.
         """
         assert self.nonblocking, "a child with blocking pipes is sent to by `send_now`"
+        try:
+            self._sender.acquire_nowait()  # the common case: no other sender, no wait
+        except trio.WouldBlock:
+            await self._sender.acquire()
+        try:
+            return await self._send(frame(body))
+        finally:
+            self._sender.release()
+
+    async def _send(self, request: bytes) -> Pending:
         pending = Pending()
-        request = frame(body)
         with self._lock:
             process = self._running()
             assert process.stdin is not None

@@ -7,7 +7,9 @@
 # gathers them with `FrameBuffer`.
 from __future__ import annotations
 
+import ctypes
 import os
+import signal
 import struct
 import sys
 from typing import IO
@@ -33,6 +35,23 @@ def child_env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(path))
     return env
+
+
+def become_child() -> None:
+    """Set up a child interpreter: it dies with the thread that started it (Linux:
+    PR_SET_PDEATHSIG; elsewhere the closed pipe ends it), and a stop signal sent to
+    the whole process group (Ctrl-C, a service manager) is left to the parent, which
+    finishes what is under way and then closes the pipe."""
+    parent = os.getppid()
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:  # it is gone already
+        os._exit(0)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def frame(body: bytes) -> bytes:

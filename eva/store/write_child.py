@@ -9,10 +9,8 @@
 # that process. It imports no trio: it starts as fast as it can.
 from __future__ import annotations
 
-import ctypes
 import gc
 import os
-import signal
 import sys
 from pathlib import Path
 from typing import IO, NoReturn
@@ -24,7 +22,7 @@ from eva.core.keys import StreamId
 from eva.core.projection import Rejected
 from eva.store.event_store import Batch, EventStore
 from eva.store.lmdb_kv import open_backend
-from eva.store.pipes import frame, read_frame
+from eva.store.pipes import become_child, frame, read_frame
 from eva.store.write_protocol import Committed, Failed, RawBatch, Result, encoder, request_decoder
 
 YOUNG_GENERATION = 10_000
@@ -67,24 +65,8 @@ def _commit(store: EventStore, raw: list[RawBatch]) -> list[Result]:
     return [result for result in results if result is not None]
 
 
-def _die_with_parent() -> None:
-    """Ask Linux to kill this process when its parent dies; leave if it is gone already."""
-    parent = os.getppid()
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # not Linux: the closed pipe still ends it
-        pass
-    if os.getppid() != parent:
-        os._exit(0)
-
-
 def main() -> NoReturn:
-    _die_with_parent()
-    # A stop signal sent to the whole process group (Ctrl-C, a service manager) is the
-    # parent's to handle: it finishes the commits under way, then closes the pipe.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    become_child()
     # Each commit makes and drops thousands of short-lived objects (decoded events,
     # keys): the young generation is collected every YOUNG_GENERATION of them, as
     # a serving process does, and what start-up made is left out of full collections.
