@@ -292,16 +292,24 @@ async def test_groups_sent_together_are_answered_each_its_own_in_any_order(
     assert [seq for seq, _ in store.events(A)] == list(range(22))
 
 
+async def first_commit(process: WriteProcess) -> subprocess.Popen[bytes]:
+    """Start the child and commit message 0 of A through it; the child."""
+    process.start()
+    assert await process.answer(await process.send([Batch(A, [posted(0)])])) == [
+        Appended(A, 0, 1)
+    ]
+    child = process.child.process
+    assert child is not None
+    return child
+
+
 async def test_a_dead_child_fails_what_it_was_sent_and_the_next_group_starts_anew(
     tmp_path: Path,
 ) -> None:
     store = store_at(tmp_path / "data")
     process = WriteProcess(tmp_path / "data", nonblocking=True)
     try:
-        process.start()
-        await process.answer(await process.send([Batch(A, [posted(0)])]))
-        child = process.child.process
-        assert child is not None
+        child = await first_commit(process)
         child.kill()
         child.wait()
         lost = await process.send([Batch(A, [posted(1)])])
@@ -322,11 +330,7 @@ async def test_a_send_cancelled_halfway_stops_the_child_and_the_next_starts_anew
     store = store_at(tmp_path / "data")
     process = WriteProcess(tmp_path / "data", nonblocking=True)
     try:
-        process.start()
-        earlier = await process.send([Batch(A, [posted(0)])])
-        assert await process.answer(earlier) == [Appended(A, 0, 1)]
-        child = process.child.process
-        assert child is not None
+        child = await first_commit(process)
         os.kill(child.pid, signal.SIGSTOP)  # it reads nothing more: the pipe fills up
         waiting = await process.send([Batch(B, [posted(0)])])  # sent whole, not answered
         with trio.move_on_after(0.5) as scope:
