@@ -236,7 +236,7 @@ class ChannelActor:
         return max(self.last_input, self.last_read)
 
     def _publish_pending(self) -> bool:
-        meta = self._meta_now or self._meta()
+        meta = self._meta_now if self._meta_now is not None else self._meta()
         return meta is not None and meta.leaf_frontier > meta.row_frontier
 
     def _next_deadline(self) -> float:

@@ -11,12 +11,13 @@
 # is committed, so the child need not wait for this process to take an
 # answer in before it starts the next.
 #
-# Appends are of two kinds. What people did (posts, edits, deletions) and the
-# records of Eva's own calls are urgent; what compression and publishing write
-# is background. Every group takes all the urgent appends waiting, and
-# background ones up to about BACKGROUND_EVENTS events, so a commit stays short
-# and a post never waits behind thousands of lines, while background work
-# still moves on with every commit.
+# Appends are of two kinds. What people did (posts, edits, deletions), rows
+# and the records of Eva's own calls are urgent; the lines compression writes
+# are background. Every group takes all the urgent appends waiting, and
+# background ones up to about BACKGROUND_EVENTS events (BACKGROUND_EVENTS_ALONE
+# when nothing urgent waits), so a commit stays short and a post never waits
+# behind thousands of lines, while background work still moves on with every
+# commit.
 from __future__ import annotations
 
 from collections import deque
@@ -98,8 +99,8 @@ class Writer:
         `on_stored` is called once they are durable, before any task that waits
         on the commit runs (and not if they are refused), so that what a caller
         keeps beside the store is never behind what another task reads there.
-        A `background` append (lines, rows) may wait for a few commits while
-        people's messages go first.
+        A `background` append (compression's lines) may wait for a few commits
+        while people's messages go first.
         """
         request = _Request(Batch(stream, list(events)), on_stored, background)
         try:  # no turn of the scheduler to queue it while there is room: the wait is one
@@ -153,7 +154,8 @@ class Writer:
         (self._background if request.background else self._urgent).append(request)
 
     def _next_group(self) -> list[_Request]:
-        """Every urgent append waiting, then background ones up to BACKGROUND_EVENTS."""
+        """Every urgent append waiting (up to MAX_GROUP), then background ones up to
+        BACKGROUND_EVENTS, or BACKGROUND_EVENTS_ALONE if there is no urgent one."""
         while True:
             try:
                 self._queue(self._receive.receive_nowait())
