@@ -296,6 +296,8 @@ async def ingest_phase(
                 "store_p50_ms": round(sorted(paced)[len(paced) // 2] * 1000, 3),
                 "store_p99_ms": p99_ms(paced),
             }
+        with trio.fail_after(STEP_LIMIT_S):  # what the paced runs left is not its work
+            await settle(store, settings, supervisor)
         first = PACED_CHANNEL + len(paced_rates) * channels
         sustained_s, sustained = await ingest_paced(
             supervisor, posts, channels, sustained_rate, first
