@@ -209,18 +209,29 @@ def line_address(line: LineWritten) -> Address:
 
 
 def _parents_ready(run: Run, written: Sequence[LineWritten]) -> set[Address]:
-    """The parents that the lines just written complete (their sibling exists)."""
+    """The parents that the lines just written complete (their sibling exists).
+
+    Each line's sibling is looked up where this run keeps lines; those it has
+    not seen are read from the store together.
+    """
     found: set[Address] = set()
-    messages = run.store.meta(run.stream)
-    total = 0 if messages is None else messages.messages
-    run.prefetch(sibling(line_address(line)) for line in written)
+    meta = run.store.meta(run.stream)
+    total = 0 if meta is None else meta.messages
+    known, read, absent = run.written, run.read, run.absent
+    unseen: list[tuple[Address, Address]] = []  # (parent, sibling) for siblings not seen
     for line in written:
-        address = line_address(line)
+        address = address_at(line.start, line.size)
         above = parent(address)
-        if above.start + above.size > total or above in found:
+        if above.start + above.size > total:
             continue
-        if run.line(sibling(address)) is not None:
+        other = sibling(address)
+        if other in known or other in read:
             found.add(above)
+        elif other not in absent:
+            unseen.append((above, other))
+    if unseen:
+        run.prefetch([other for _, other in unseen])
+        found.update(above for above, other in unseen if other in read)
     return found
 
 
