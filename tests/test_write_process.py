@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -82,14 +81,30 @@ def answers(results: list[Appended | Rejected]) -> list[object]:
     return [str(r) if isinstance(r, Rejected) else r for r in results]
 
 
-def test_the_write_process_commits_as_the_store_does(tmp_path: Path) -> None:
+def big_group(first: int, count: int) -> list[Batch]:
+    """Posts of 100 kB each: the frame is many times what a pipe holds."""
+    return [Batch(A, [posted(i, f"{i} " + "b" * 100_000) for i in range(first, first + count)])]
+
+
+async def first_commit(process: WriteProcess) -> subprocess.Popen[bytes]:
+    """Start the child and commit message 0 of A through it; the child."""
+    process.start()
+    assert await process.answer(await process.send([Batch(A, [posted(0)])])) == [
+        Appended(A, 0, 1)
+    ]
+    child = process.child.process
+    assert child is not None
+    return child
+
+
+async def test_the_write_process_commits_as_the_store_does(tmp_path: Path) -> None:
     here = store_at(tmp_path / "here")
     there = store_at(tmp_path / "there")
     process = WriteProcess(tmp_path / "there")
     try:
-        for group in groups():
+        for group in [*groups(), big_group(2, 40)]:  # the last is many times a pipe's size
             process.start()
-            assert answers(process.append_many(group)) == answers(here.append_many(group))
+            assert answers(await process.append_many(group)) == answers(here.append_many(group))
     finally:
         process.close()
     assert process.started == 1
@@ -98,20 +113,19 @@ def test_the_write_process_commits_as_the_store_does(tmp_path: Path) -> None:
         assert replay_stream(there, stream).ok
 
 
-def test_a_dead_write_process_fails_its_group_and_the_next_starts_anew(tmp_path: Path) -> None:
+async def test_a_dead_write_process_fails_its_group_and_the_next_starts_anew(
+    tmp_path: Path,
+) -> None:
     store = store_at(tmp_path / "data")
     process = WriteProcess(tmp_path / "data")
     try:
-        process.start()
-        process.append_many([Batch(A, [posted(0)])])
-        child = process.child.process
-        assert child is not None
+        child = await first_commit(process)
         child.kill()
         child.wait()
         with pytest.raises(WriteProcessError):
-            process.append_many([Batch(A, [posted(1)])])
+            await process.append_many([Batch(A, [posted(1)])])
         process.start()
-        results = process.append_many([Batch(A, [posted(1)])])
+        results = await process.append_many([Batch(A, [posted(1)])])
         assert results == [Appended(A, 1, 1)]
         assert process.started == 2
     finally:
@@ -119,10 +133,10 @@ def test_a_dead_write_process_fails_its_group_and_the_next_starts_anew(tmp_path:
     assert [event for _, event in store.events(A)] == [posted(0), posted(1)]
 
 
-def test_a_group_is_refused_without_a_start(tmp_path: Path) -> None:
+async def test_a_group_is_refused_without_a_start(tmp_path: Path) -> None:
     process = WriteProcess(tmp_path / "data")
     with pytest.raises(WriteProcessError):
-        process.append_many([Batch(A, [posted(0)])])
+        await process.append_many([Batch(A, [posted(0)])])
 
 
 async def test_the_writer_commits_through_the_process_and_pauses_it(tmp_path: Path) -> None:
@@ -154,6 +168,7 @@ async def test_the_writer_commits_through_the_process_and_pauses_it(tmp_path: Pa
 CHILD = """
 import sys, time
 from pathlib import Path
+import trio
 from eva.core.events import MessagePosted
 from eva.core.keys import StreamId
 from eva.store.event_store import Batch
@@ -161,7 +176,7 @@ from eva.store.write_process import WriteProcess
 process = WriteProcess(Path(sys.argv[1]))
 process.start()
 post = MessagePosted(at_ms=1, index=0, message_id=1, author_id=1, author_name="a")
-process.append_many([Batch(StreamId(1, 1), [post])])
+trio.run(process.append_many, [Batch(StreamId(1, 1), [post])])
 print(process.child.process.pid, flush=True)
 time.sleep(60)
 """
@@ -192,82 +207,53 @@ def test_the_write_process_dies_with_the_process_that_started_it(tmp_path: Path)
     assert [seq for seq, _ in store.events(StreamId(1, 1))] == [0]
 
 
-def test_groups_handed_over_together_are_answered_each_its_own(tmp_path: Path) -> None:
+async def test_groups_handed_over_together_are_answered_each_its_own(tmp_path: Path) -> None:
     store = store_at(tmp_path / "data")
     process = WriteProcess(tmp_path / "data")
     try:
         process.start()
-        first = process.submit([Batch(A, [posted(0), posted(1)])])
-        second = process.submit([Batch(B, [posted(0)]), Batch(A, [posted(2)])])
-        third = process.submit([Batch(A, [leaf(7)])])  # no message 7: refused
+        first = await process.send([Batch(A, [posted(0), posted(1)])])
+        second = await process.send([Batch(B, [posted(0)]), Batch(A, [posted(2)])])
+        third = await process.send([Batch(A, [leaf(7)])])  # no message 7: refused
         # Waited for out of order: whoever reads, each group gets its own answer.
-        assert answers(process.wait(third)) == [f"{A}: line 7+1 passes the last message (2)"]
-        assert process.wait(second) == [Appended(B, 0, 1), Appended(A, 2, 1)]
-        assert process.wait(first) == [Appended(A, 0, 2)]
+        assert answers(await process.answer(third)) == [
+            f"{A}: line 7+1 passes the last message (2)"
+        ]
+        assert await process.answer(second) == [Appended(B, 0, 1), Appended(A, 2, 1)]
+        assert await process.answer(first) == [Appended(A, 0, 2)]
     finally:
         process.close()
     assert [seq for seq, _ in store.events(A)] == [0, 1, 2]
 
 
-def test_groups_sent_to_a_child_that_died_fail_and_a_new_child_answers_its_own(
+async def test_groups_sent_to_a_child_that_died_fail_and_a_new_child_answers_its_own(
     tmp_path: Path,
 ) -> None:
     store = store_at(tmp_path / "data")
     process = WriteProcess(tmp_path / "data")
     try:
-        process.start()
-        process.wait(process.submit([Batch(A, [posted(0)])]))
-        child = process.child.process
-        assert child is not None
+        child = await first_commit(process)
         child.kill()
         child.wait()
-        lost = process.submit([Batch(A, [posted(1)])])  # sent to the dead child
+        lost = await process.send([Batch(A, [posted(1)])])  # sent to the dead child
         process.start()  # a new child, before anyone waited for the lost group
-        after = process.submit([Batch(A, [posted(1)]), Batch(B, [posted(0)])])
-        with ThreadPoolExecutor(1) as pool:  # a mix-up of answers would wait for ever
-            waited = pool.submit(process.wait, after)
-            try:
-                assert waited.result(timeout=20) == [Appended(A, 1, 1), Appended(B, 0, 1)]
-            finally:
-                if not waited.done():
-                    process.close()  # ends the wait, so the pool can shut down
+        after = await process.send([Batch(A, [posted(1)]), Batch(B, [posted(0)])])
+        with trio.fail_after(20):  # a mix-up of answers would wait for ever
+            assert await process.answer(after) == [Appended(A, 1, 1), Appended(B, 0, 1)]
         with pytest.raises(WriteProcessError):
-            process.wait(lost)
+            await process.answer(lost)
     finally:
         process.close()
     assert [event for _, event in store.events(A)] == [posted(0), posted(1)]
 
 
-# -- pipes that do not block: the trio writer's way ----------------------------------
-
-
-def big_group(first: int, count: int) -> list[Batch]:
-    """Posts of 100 kB each: the frame is many times what a pipe holds."""
-    return [Batch(A, [posted(i, f"{i} " + "b" * 100_000) for i in range(first, first + count)])]
-
-
-async def test_pipes_that_do_not_block_commit_as_the_store_does(tmp_path: Path) -> None:
-    here = store_at(tmp_path / "here")
-    there = store_at(tmp_path / "there")
-    process = WriteProcess(tmp_path / "there", nonblocking=True)
-    try:
-        for group in [*groups(), big_group(3, 40)]:
-            process.start()
-            submitted = await process.send(group)
-            assert answers(await process.answer(submitted)) == answers(here.append_many(group))
-    finally:
-        process.close()
-    assert process.started == 1
-    for stream in (A, B):
-        assert snapshot(there, stream) == snapshot(here, stream)
-        assert replay_stream(there, stream).ok
 
 
 async def test_groups_sent_together_are_answered_each_its_own_in_any_order(
     tmp_path: Path,
 ) -> None:
     store = store_at(tmp_path / "data")
-    process = WriteProcess(tmp_path / "data", nonblocking=True)
+    process = WriteProcess(tmp_path / "data")
     got: dict[str, list[object]] = {}
     try:
         process.start()
@@ -292,43 +278,11 @@ async def test_groups_sent_together_are_answered_each_its_own_in_any_order(
     assert [seq for seq, _ in store.events(A)] == list(range(22))
 
 
-async def first_commit(process: WriteProcess) -> subprocess.Popen[bytes]:
-    """Start the child and commit message 0 of A through it; the child."""
-    process.start()
-    assert await process.answer(await process.send([Batch(A, [posted(0)])])) == [
-        Appended(A, 0, 1)
-    ]
-    child = process.child.process
-    assert child is not None
-    return child
-
-
-async def test_a_dead_child_fails_what_it_was_sent_and_the_next_group_starts_anew(
-    tmp_path: Path,
-) -> None:
-    store = store_at(tmp_path / "data")
-    process = WriteProcess(tmp_path / "data", nonblocking=True)
-    try:
-        child = await first_commit(process)
-        child.kill()
-        child.wait()
-        lost = await process.send([Batch(A, [posted(1)])])
-        with pytest.raises(WriteProcessError):
-            await process.answer(lost)
-        process.start()
-        after = await process.send([Batch(A, [posted(1)])])
-        assert await process.answer(after) == [Appended(A, 1, 1)]
-        assert process.started == 2
-    finally:
-        process.close()
-    assert [event for _, event in store.events(A)] == [posted(0), posted(1)]
-
-
 async def test_a_send_cancelled_halfway_stops_the_child_and_the_next_starts_anew(
     tmp_path: Path,
 ) -> None:
     store = store_at(tmp_path / "data")
-    process = WriteProcess(tmp_path / "data", nonblocking=True)
+    process = WriteProcess(tmp_path / "data")
     try:
         child = await first_commit(process)
         os.kill(child.pid, signal.SIGSTOP)  # it reads nothing more: the pipe fills up

@@ -245,7 +245,7 @@ async def open_writer(
     """
     backend = store.backend
     child = (
-        WriteProcess(backend.path, nonblocking=True)
+        WriteProcess(backend.path)
         if process and isinstance(backend, LmdbBackend)
         else None
     )

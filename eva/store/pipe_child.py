@@ -4,12 +4,11 @@
 # reads frames from its standard input and writes one answer frame for each
 # to its standard output. This side sends requests while earlier ones are
 # still being worked on and takes each answer to the request that waits for
-# it. A trio task uses `send` and `answer` over pipes that never block the
-# loop (`nonblocking`), with no thread between; other code uses the blocking
-# `send_now` and `wait`, in any thread. The child dies with the thread that
-# started it (it asks Linux to), so `start` is called from the thread of the
-# trio loop. If the child dies, every request sent to it fails (it may or may
-# not have been carried out) and the next `start` makes a new one.
+# it, over pipes that never block the trio loop, with no thread between. The
+# child dies with the thread that started it (it asks Linux to), so `start`
+# is called from the thread of the trio loop. If the child dies, every
+# request sent to it fails (it may or may not have been carried out) and the
+# next `start` makes a new one.
 from __future__ import annotations
 
 import contextlib
@@ -21,7 +20,7 @@ from collections.abc import Sequence
 
 import trio
 
-from eva.store.pipes import FrameBuffer, child_command, child_env, frame, read_frame
+from eva.store.pipes import FrameBuffer, child_command, child_env, frame
 
 CLOSE_WAIT_S = 10.0
 """How long closing waits for the child to finish its request and leave."""
@@ -57,66 +56,25 @@ class Pending:
 class PipeChild:
     """One child interpreter at a time, started anew after it dies."""
 
-    def __init__(
-        self, module: str, arguments: Sequence[str] = (), *, nonblocking: bool = False
-    ) -> None:
+    def __init__(self, module: str, arguments: Sequence[str] = ()) -> None:
         self.command = child_command(module, *arguments)
-        self.nonblocking = nonblocking
-        self._lock = threading.Lock()  # starts and stops
-        self._sending = threading.Lock()  # the requests go in the order they wait in
-        self._reading = threading.Lock()  # one thread reads the answers at a time
+        self._lock = threading.Lock()  # starts and stops (`suspend` may run in a thread)
         self.process: subprocess.Popen[bytes] | None = None
         self._waiting: deque[Pending] = deque()  # sent, in order, not answered yet
-        self._frames = FrameBuffer()  # answers read from the pipe that does not block
+        self._frames = FrameBuffer()  # answers read from the pipe, whole frames handed out
         self._sender = trio.Lock()  # one trio task writes a frame at a time
         self._reader = False  # a task is reading the answer pipe
         self._frame_taken = trio.Event()  # set (and made anew) after each answer read
         self.started = 0
 
-    # -- blocking pipes ----------------------------------------------------------
-
-    def send_now(self, body: bytes) -> Pending:
-        """Send a request's body; `wait` for its answer."""
-        assert not self.nonblocking, "a child with pipes that do not block is sent to by `send`"
-        pending = Pending()
-        request = frame(body)
-        with self._sending:
-            process = self._running()
-            assert process.stdin is not None
-            self._waiting.append(pending)
-            try:
-                process.stdin.write(request)
-                process.stdin.flush()
-            except OSError:  # it died: `wait` says so
-                pass
-        return pending
-
-    def wait(self, pending: Pending) -> bytes:
-        """The answer to a request sent; ChildGone if the child stopped first."""
-        while not pending.settled:
-            with self._reading:
-                if not pending.settled:
-                    with self._lock:
-                        process, started = self.process, self.started
-                    body = None
-                    if process is not None and process.stdout is not None:
-                        try:
-                            body = read_frame(process.stdout)
-                        except (OSError, ValueError):  # ValueError: the pipe closed meanwhile
-                            body = None
-                    self._take(body, started)
-        return pending.result()
-
-    # -- pipes that do not block (trio) ---------------------------------------------
 
     async def send(self, body: bytes) -> Pending:
-        """`send_now` for a trio task: the frame goes as fast as the pipe takes it.
+        """Send a request's body, as fast as the pipe takes it; `answer` for its answer.
 
         Tasks that send at once take turns. Cancelled halfway, the child is
         stopped, since it could only misread what follows; the requests it was
         sent fail.
         """
-        assert self.nonblocking, "a child with blocking pipes is sent to by `send_now`"
         try:
             self._sender.acquire_nowait()  # the common case: no other sender, no wait
         except trio.WouldBlock:
@@ -151,8 +109,11 @@ class PipeChild:
         return pending
 
     async def answer(self, pending: Pending) -> bytes:
-        """`wait` for a trio task. One task reads the pipe at a time; an answer it
-        reads for another request wakes that request's task."""
+        """The answer to a request sent; ChildGone if the child stopped first.
+
+        One task reads the pipe at a time; an answer it reads for another
+        request wakes that request's task.
+        """
         while not pending.settled:
             if self._reader:
                 await self._frame_taken.wait()
@@ -191,8 +152,6 @@ class PipeChild:
             frames.feed(data)
         return body
 
-    # -- both ----------------------------------------------------------------------
-
     def _running(self) -> subprocess.Popen[bytes]:
         process = self.process
         if process is None:
@@ -228,12 +187,11 @@ class PipeChild:
             process = subprocess.Popen(
                 self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=child_env()
             )
-            if self.nonblocking:
-                assert process.stdin is not None
-                assert process.stdout is not None
-                os.set_blocking(process.stdin.fileno(), False)
-                os.set_blocking(process.stdout.fileno(), False)
-                self._frames = FrameBuffer()
+            assert process.stdin is not None
+            assert process.stdout is not None
+            os.set_blocking(process.stdin.fileno(), False)
+            os.set_blocking(process.stdout.fileno(), False)
+            self._frames = FrameBuffer()
             self.process = process
             self.started += 1
 

@@ -13,15 +13,13 @@
 # encoded here in one call, so an event that cannot be stored is refused here
 # with the error the store gives. The trio writer talks to the child through
 # pipes that never block (`send`, `answer`), with no thread between: a hop to
-# a worker thread and back costs more than a small commit. `submit` and
-# `wait` do the same with blocking pipes, for code outside trio. The child
+# a worker thread and back costs more than a small commit. The child
 # dies with the thread that started it, so a killed bot leaves no writer
 # behind, and a commit cut short that way is undone by LMDB (its senders were
 # never answered). If the child dies, the groups sent to it fail (they may or
 # may not have landed) and the next group starts a new child.
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 from eva.core.projection import Rejected
@@ -35,7 +33,7 @@ class WriteProcessError(RuntimeError):
 
 
 class Submitted:
-    """A group handed to the child, waiting for its answer (see `WriteProcess.wait`)."""
+    """A group handed to the child, waiting for its answer (see `WriteProcess.answer`)."""
 
     __slots__ = ("answer", "batches", "pending", "results", "sent")
 
@@ -50,16 +48,14 @@ class Submitted:
 class WriteProcess:
     """The serving side: `append_many` as the store has it, committed by the child.
 
-    `start` (on the thread that is to outlive the child) before each group.
-    Groups may be handed over while earlier ones are committed; the child
-    commits them in that order. With `nonblocking` (for a trio task), groups
-    go with `send` and answers come with `answer`, one task sending at a
-    time; otherwise with `submit`, and `wait` in any thread.
+    `start` (on the thread of the trio loop) before each group. Groups go with
+    `send` while earlier ones are committed, and the child commits them in that
+    order; `answer` takes each one's results.
     """
 
-    def __init__(self, data: Path, *, nonblocking: bool = False) -> None:
+    def __init__(self, data: Path) -> None:
         self.data = data
-        self.child = PipeChild("eva.store.write_child", [str(data)], nonblocking=nonblocking)
+        self.child = PipeChild("eva.store.write_child", [str(data)])
 
     @property
     def started(self) -> int:
@@ -79,28 +75,12 @@ class WriteProcess:
         """Stop the child; a group still waiting for its answer fails."""
         self.child.close()
 
-    def append_many(self, batches: list[Batch]) -> list[Appended | Rejected]:
+    async def append_many(self, batches: list[Batch]) -> list[Appended | Rejected]:
         """Commit `batches` in one write transaction; see `EventStore.append_many`."""
-        return self.wait(self.submit(batches))
-
-    def submit(self, batches: list[Batch]) -> Submitted:
-        """Hand a group to the child; its events that cannot be stored are refused here."""
-        submitted, request = self._encoded(batches)
-        if request is not None:
-            submitted.pending = self._sent(lambda: self.child.send_now(request))
-        return submitted
-
-    def wait(self, submitted: Submitted) -> list[Appended | Rejected]:
-        """The results of a group submitted, once the child has committed it."""
-        if submitted.answer is None and submitted.pending is not None:
-            try:
-                submitted.answer = answer_decoder.decode(self.child.wait(submitted.pending))
-            except ChildGone as gone:
-                submitted.answer = Failed(str(gone))
-        return self._results(submitted)
+        return await self.answer(await self.send(batches))
 
     async def send(self, batches: list[Batch]) -> Submitted:
-        """`submit` for a trio task, down pipes that never block the loop."""
+        """Hand a group to the child; its events that cannot be stored are refused here."""
         submitted, request = self._encoded(batches)
         if request is not None:
             try:
@@ -110,20 +90,13 @@ class WriteProcess:
         return submitted
 
     async def answer(self, submitted: Submitted) -> list[Appended | Rejected]:
-        """`wait` for a trio task."""
+        """The results of a group sent, once the child has committed it."""
         if submitted.answer is None and submitted.pending is not None:
             try:
                 submitted.answer = answer_decoder.decode(await self.child.answer(submitted.pending))
             except ChildGone as gone:
                 submitted.answer = Failed(str(gone))
         return self._results(submitted)
-
-    @staticmethod
-    def _sent(send: Callable[[], Pending]) -> Pending:
-        try:
-            return send()
-        except ChildGone as gone:
-            raise WriteProcessError(str(gone)) from None
 
     def _encoded(self, batches: list[Batch]) -> tuple[Submitted, bytes | None]:
         """The group and the body to send it in; none if no batch can be stored."""
