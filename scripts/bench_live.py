@@ -53,6 +53,7 @@ from eva.core.events import MessagePosted
 from eva.core.keys import StreamId
 from eva.core.settings import KIB, LiveSettings, MemorySettings
 from eva.core.summarize import OfflineSummarizer
+from eva.live.actor import Request
 from eva.live.collector import freeze_start_up, serving_collector
 from eva.live.inputs import GetPrompt, Post, post_of
 from eva.live.supervisor import Supervisor, open_supervisor
@@ -130,6 +131,39 @@ def interleaved(by_channel: dict[StreamId, list[Post]]) -> Iterator[tuple[Stream
                 yield stream, posts[position]
 
 
+async def run_lane(
+    supervisor: Supervisor,
+    stream: StreamId,
+    receive: trio.MemoryReceiveChannel[tuple[float, Post]],
+    latencies: list[float],
+) -> None:
+    """A channel's lane, as the bot's: it submits what it holds (up to LANE_BATCH) together,
+    and a second task takes the answers in order, so the next batch goes while one is
+    stored. Each latency runs from the message's arrival (the float) to its answer."""
+    answers, to_take = trio.open_memory_channel[tuple[list[float], list[Request]]](math.inf)
+
+    async def take_answers() -> None:
+        async with to_take:
+            async for arrivals, requests in to_take:
+                for arrived, request in zip(arrivals, requests, strict=True):
+                    answer = await request.result_soon()
+                    latencies.append(time.perf_counter() - arrived)
+                    assert answer is not None, "a new message was answered as already stored"
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(take_answers)
+        async with receive, answers:
+            async for first in receive:
+                batch = [first]
+                while len(batch) < LANE_BATCH:
+                    try:
+                        batch.append(receive.receive_nowait())
+                    except (trio.WouldBlock, trio.EndOfChannel):
+                        break
+                requests = await supervisor.submit_all(stream, [post for _, post in batch])
+                answers.send_nowait(([arrived for arrived, _ in batch], requests))
+
+
 async def ingest(
     supervisor: Supervisor, by_channel: dict[StreamId, list[Post]], window: int = WINDOW
 ) -> tuple[float, list[float]]:
@@ -139,30 +173,12 @@ async def ingest(
     across channels) to one lane per channel, as the bot's gateway listener
     does (eva.discord.bot); a lane holds up to `window` messages not taken yet,
     and a full one holds the gateway up, as a full socket buffer would. Each
-    lane's task, like the bot's, takes what its lane holds (up to LANE_BATCH),
-    submits it together and takes the answers in order before the next. A
-    message's latency runs from the moment the gateway hands it to its lane
-    to its answer, so time spent queued in the lane counts against it.
+    lane's task, like the bot's, takes what its lane holds (up to LANE_BATCH)
+    and submits it together (see `run_lane`). A message's latency runs from
+    the moment the gateway hands it to its lane to its answer, so time spent
+    queued in the lane counts against it.
     """
     latencies: list[float] = []
-
-    async def lane(
-        stream: StreamId, receive: trio.MemoryReceiveChannel[tuple[float, Post]]
-    ) -> None:
-        async with receive:
-            async for first in receive:
-                batch = [first]
-                while len(batch) < LANE_BATCH:
-                    try:
-                        batch.append(receive.receive_nowait())
-                    except (trio.WouldBlock, trio.EndOfChannel):
-                        break
-                requests = await supervisor.submit_all(stream, [post for _, post in batch])
-                for (arrived, _), request in zip(batch, requests, strict=True):
-                    answer = await request.result_soon()
-                    latencies.append(time.perf_counter() - arrived)
-                    assert answer is not None, "a new message was answered as already stored"
-
     started = time.perf_counter()
     with trio.fail_after(INGEST_LIMIT_S):
         async with trio.open_nursery() as nursery:
@@ -170,7 +186,7 @@ async def ingest(
             for stream in by_channel:
                 send, receive = trio.open_memory_channel[tuple[float, Post]](window)
                 lanes[stream] = send
-                nursery.start_soon(lane, stream, receive)
+                nursery.start_soon(run_lane, supervisor, stream, receive, latencies)
             for stream, post in interleaved(by_channel):
                 item = (time.perf_counter(), post)
                 try:
@@ -200,29 +216,14 @@ async def ingest_paced(
     latencies: list[float] = []
     started = time.perf_counter()
 
-    async def lane(
-        stream: StreamId, receive: trio.MemoryReceiveChannel[tuple[float, Post]]
-    ) -> None:
-        async with receive:
-            async for first in receive:
-                batch = [first]
-                while len(batch) < LANE_BATCH:
-                    try:
-                        batch.append(receive.receive_nowait())
-                    except (trio.WouldBlock, trio.EndOfChannel):
-                        break
-                requests = await supervisor.submit_all(stream, [post for _, post in batch])
-                for (due, _), request in zip(batch, requests, strict=True):
-                    await request.result_soon()
-                    latencies.append(time.perf_counter() - due)
-
     with trio.fail_after(INGEST_LIMIT_S):
         async with trio.open_nursery() as nursery:
             lanes = []
             for channel in range(channels):
                 send, receive = trio.open_memory_channel[tuple[float, Post]](math.inf)
                 lanes.append(send)
-                nursery.start_soon(lane, StreamId(GUILD, first_channel + channel), receive)
+                stream = StreamId(GUILD, first_channel + channel)
+                nursery.start_soon(run_lane, supervisor, stream, receive, latencies)
             position = 0
             while position < len(posts):
                 now = time.perf_counter()

@@ -31,7 +31,7 @@ from eva.core.projection import Rejected, rendered_size
 from eva.core.settings import KIB, MINUTE_MS, LiveSettings, MemorySettings
 from eva.core.summarize import OfflineSummarizer, Summarizer, Summary, Task
 from eva.core.timing import compression_due
-from eva.live.actor import POST_BATCH, Request
+from eva.live.actor import POST_BATCH, POSTS_IN_FLIGHT, Request
 from eva.live.inputs import Delete, Edit, GetPrompt, Post, Recall, RecordTool, Zoom
 from eva.live.supervisor import Supervisor, open_supervisor
 from eva.live.writer import Writer
@@ -593,7 +593,7 @@ async def test_full_inboxes_slow_senders_down_and_drop_nothing(
     store = fresh_store(tmp_path)
     live = LiveSettings(inbox_capacity=2, writer_capacity=1, write_process=False)
     streams = [StreamId(5, 1), StreamId(5, 2)]
-    senders = POST_BATCH + 30
+    senders = 3 * POST_BATCH + 30  # more than an actor takes in while the writer is held
     done: list[tuple[StreamId, int]] = []
 
     async def send(stream: StreamId, number: int) -> None:
@@ -610,10 +610,13 @@ async def test_full_inboxes_slow_senders_down_and_drop_nothing(
             assert done == []
             assert all(store.meta(stream) is None for stream in streams)
             for stream in streams:
-                # A batch of posts in the actor's hands, two in its inbox, the rest wait to send.
+                # Batches of posts in the actor's hands (held by the writer, or waiting for
+                # room there), two in its inbox, the rest wait to send.
+                held = sum(len(f.posts) for f in supervisor._actors[stream]._in_flight)
                 inbox = supervisor._actors[stream].send.statistics()
                 assert inbox.current_buffer_used == live.inbox_capacity
-                assert inbox.tasks_waiting_send == senders - POST_BATCH - live.inbox_capacity
+                assert 0 < held <= POSTS_IN_FLIGHT * POST_BATCH
+                assert inbox.tasks_waiting_send == senders - held - live.inbox_capacity > 0
         await settle()
     assert sorted(done) == sorted((s, n) for s in streams for n in range(senders))
     for stream in streams:
@@ -670,4 +673,69 @@ async def test_leaves_show_the_messages_as_edited_and_deleted_before_them(
     assert leaves[2] == f"{message(STREAM, 2).author_name}: edited words"
     assert leaves[4] == ""  # an erased message leaves an empty leaf
     assert leaves[3] == f"{message(STREAM, 3).author_name}: {message(STREAM, 3).content}"
+    assert replay_stream(store, STREAM).ok
+
+
+async def test_a_channel_sends_its_next_posts_while_earlier_ones_are_committed(
+    tmp_path: Path, autojump_clock: Any
+) -> None:
+    """Posts of an idle actor go to the writer from the sender's task, and a burst is
+    pipelined: several batches wait for commits at once; each is answered by its own
+    commit, in order, and an edit behind them waits until they are stored."""
+    store = fresh_store(tmp_path)
+    async with running(store) as supervisor:
+        assert await supervisor.ask(STREAM, message(STREAM, 0)) == 0
+        await settle()
+        actor = supervisor._actors[STREAM]
+        writer = supervisor.shared.writer
+        async with writer.paused():
+            first = await supervisor.submit_all(STREAM, [message(STREAM, 1)])
+            assert len(actor._in_flight) == 1  # handed over before the sender's next turn
+            batches = [first]
+            for start in (2, 4, 6):
+                batches.append(
+                    await supervisor.submit_all(
+                        STREAM, [message(STREAM, start), message(STREAM, start + 1)]
+                    )
+                )
+                await settle()
+            fixed = Edit(message_id=message(STREAM, 7).message_id, at_ms=1, content="fixed")
+            edit = await supervisor.submit(STREAM, fixed)
+            await settle()
+            assert len(actor._in_flight) == 4 and not actor._refused
+            assert not any(r.done.is_set() for batch in batches for r in batch)
+            assert not edit.done.is_set()
+        answers = [[await r.result() for r in batch] for batch in batches]
+        assert answers == [[1], [2, 3], [4, 5], [6, 7]]
+        assert await edit.result() is True
+        assert "fixed" in await prompt(supervisor)
+    assert [e.message_id for e in posted(store, STREAM)] == [
+        message(STREAM, n).message_id for n in range(8)
+    ]
+    assert replay_stream(store, STREAM).ok
+
+
+async def test_a_refused_batch_in_flight_is_stored_one_by_one_and_the_ones_behind_it_too(
+    tmp_path: Path, autojump_clock: Any
+) -> None:
+    store = fresh_store(tmp_path)
+    bad = Post(message_id=77, author_id=1, author_name="mallory", at_ms=1, content="\ud800")
+    async with running(store) as supervisor:
+        assert await supervisor.ask(STREAM, message(STREAM, 0)) == 0
+        await settle()
+        async with supervisor.shared.writer.paused():
+            good = await supervisor.submit_all(STREAM, [message(STREAM, 1)])
+            mixed = await supervisor.submit_all(STREAM, [message(STREAM, 2), bad])
+            await settle()
+            behind = await supervisor.submit_all(STREAM, [message(STREAM, 3)])
+            await settle()
+            assert len(supervisor._actors[STREAM]._in_flight) == 3
+        assert await good[0].result() == 1
+        assert await mixed[0].result() == 2
+        with pytest.raises(Rejected, match="cannot be stored"):
+            await mixed[1].result()
+        assert await behind[0].result() == 3  # refused for the gap, then stored in order
+    assert [e.message_id for e in posted(store, STREAM)] == [
+        message(STREAM, n).message_id for n in range(4)
+    ]
     assert replay_stream(store, STREAM).ok

@@ -6,6 +6,7 @@ does while serving.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from eva.core.events import AnyEvent, LineWritten, MessagePosted
 from eva.core.keys import StreamId
 from eva.core.projection import Rejected
 from eva.live.writer import open_writer
-from eva.store.event_store import EventStore
+from eva.store.event_store import Appended, EventStore
 from eva.store.lmdb_kv import open_backend
 
 A = StreamId(1, 10)
@@ -139,3 +140,56 @@ async def test_lines_move_on_with_every_commit_however_many_posts_wait(tmp_path:
     assert stats.largest_group == 513
     meta = store.meta(A)
     assert meta is not None and meta.lines == 1
+
+
+@pytest.mark.parametrize("process", [False, True], ids=["thread", "write process"])
+async def test_appends_queued_without_waiting_are_told_in_order_failures_too(
+    tmp_path: Path, process: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Each sender of `append_later` is told once, in commit order: where its events
+    landed, or why they were refused; a sender's broken callback harms nobody else."""
+    store = store_in(tmp_path)
+    told: list[tuple[str, object]] = []
+    orphan = LineWritten(at_ms=1, start=7, size=1, text="no message", first_ms=1, last_ms=1)
+
+    def tell(name: str) -> Callable[[Appended | BaseException], None]:
+        return lambda outcome: told.append((name, outcome))
+
+    def broken(outcome: Appended | BaseException) -> None:
+        raise RuntimeError("the sender's own mistake")
+
+    async with open_writer(store, process=process) as writer:
+        async with writer.paused():  # all of them queue before the first commit
+            await writer.append_later(A, [posted(0), posted(1)], tell("first"))
+            await writer.append_later(A, [orphan], tell("orphan"))
+            await writer.append_later(B, [posted(0)], broken)
+            await writer.append_later(A, [posted(2)], tell("second"))
+            await writer.append_later(A, [posted(9)], tell("gap"))  # index 3 is next
+            assert told == []
+        async with writer.paused():  # a later commit, told after the first
+            await writer.append_later(A, [posted(3)], tell("third"))
+    assert [name for name, _ in told] == ["first", "orphan", "second", "gap", "third"]
+    outcome = dict(told)
+    assert outcome["first"] == Appended(A, 0, 2)
+    assert outcome["second"] == Appended(A, 2, 1)
+    assert outcome["third"] == Appended(A, 3, 1)
+    assert isinstance(outcome["orphan"], Rejected) and isinstance(outcome["gap"], Rejected)
+    assert "the sender's own mistake" in caplog.text
+    assert [e.index for _, e in store.events(A)] == [0, 1, 2, 3]  # type: ignore[attr-defined]
+    assert store.meta(B) is not None
+
+
+async def test_append_later_nowait_queues_only_while_there_is_room(tmp_path: Path) -> None:
+    store = store_in(tmp_path)
+    told: list[Appended | BaseException] = []
+    async with open_writer(store, capacity=2) as writer, writer.paused():
+        await writer.append_later(A, [posted(0)], told.append)
+        await trio.testing.wait_all_tasks_blocked()  # the writer holds it, waiting
+        assert writer.has_room()
+        assert writer.append_later_nowait(A, [posted(1)], told.append)
+        assert writer.append_later_nowait(A, [posted(2)], told.append)
+        assert not writer.has_room()
+        assert not writer.append_later_nowait(A, [posted(3)], told.append)
+    assert told == [Appended(A, 0, 1), Appended(A, 1, 1), Appended(A, 2, 1)]
+    meta = store.meta(A)
+    assert meta is not None and meta.messages == 3

@@ -11,11 +11,14 @@
 # asyncio task or hikari event made for it (those cost more than storing a message), so
 # each lane holds its channel's events in Discord's order. hikari's own listeners serve
 # the rest (ready, guilds, interactions). One trio task per lane submits them to the actor in
-# that order (the messages that arrived together before their answers are awaited, so the
-# actor stores them in one commit), so a channel's messages reach its actor (and the log)
-# in the order Discord sent them. Lanes of different channels run side by side. Backfill
-# runs as a job on the lane too, so history fetched over REST is stored in order with the
-# live events queued behind it; duplicates are answered None by the actor and skipped.
+# that order (the messages that arrived together at once, so the actor stores them in one
+# commit), so a channel's messages reach its actor (and the log) in the order Discord sent
+# them. A second task per lane takes the answers, so the lane's next messages go while the
+# ones before are being stored; an edit, a deletion or a history fetch waits until the
+# messages ahead of it are answered, since it reads what is stored. Lanes of different
+# channels run side by side. Backfill runs as a job on the lane too, so history fetched
+# over REST is stored in order with the live events queued behind it; duplicates are
+# answered None by the actor and skipped.
 #
 # Answering: a live message that asks Eva is answered at once, while it and the posts
 # ahead of it are still being stored: the prompt shows those posts from the lane, so a
@@ -35,6 +38,7 @@ import base64
 import contextlib
 import importlib
 import logging
+import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -61,6 +65,7 @@ from eva.discord.mapping import (
 from eva.discord.messages import mention_names
 from eva.discord.payloads import PayloadError, asks_eva, chat_post
 from eva.discord.reply_sender import ReplySender
+from eva.live.actor import Request
 from eva.live.inputs import Describe, Edit, Post
 from eva.live.supervisor import Supervisor, wall_clock_ms
 from eva.live.urgency import Urgency
@@ -76,7 +81,11 @@ CLOSE_TIMEOUT_S = 5.0
 DRAIN_TIMEOUT_S = 5.0
 READY_TIMEOUT_S = 30.0
 LANE_BATCH = 256
-"""Most messages of one channel submitted together before their results are awaited."""
+"""Most messages of one channel submitted together."""
+
+Answers = tuple[list[Ingest], list[Request]] | trio.Event
+"""What a lane's answer task takes: posts submitted and their requests, or an event to
+set once every answer before it is taken."""
 
 
 class RunTrio(Protocol):
@@ -405,37 +414,44 @@ class EvaBot:
 
     async def _run_lane(self, stream: StreamId, lane: Lane) -> None:
         jobs = lane.receive
+        answers, to_take = trio.open_memory_channel[Answers](math.inf)
         try:
-            async with jobs:
-                await self._describe(stream)
-                async for job in jobs:
-                    await self.urgency.yield_to_urgent()  # a reply goes first
-                    batch = [job]
-                    while isinstance(batch[-1], Ingest) and len(batch) < LANE_BATCH:
-                        try:
-                            batch.append(jobs.receive_nowait())
-                        except trio.WouldBlock:
-                            break
-                    await self._do_all(stream, lane, batch)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._take_answers, stream, lane, to_take)
+                async with jobs, answers:
+                    await self._describe(stream)
+                    async for job in jobs:
+                        await self.urgency.yield_to_urgent()  # a reply goes first
+                        batch = [job]
+                        while isinstance(batch[-1], Ingest) and len(batch) < LANE_BATCH:
+                            try:
+                                batch.append(jobs.receive_nowait())
+                            except trio.WouldBlock:
+                                break
+                        await self._do_all(stream, lane, batch, answers)
         finally:
             self._lane_tasks -= 1
             if self._lane_tasks == 0:
                 self._lanes_idle.set()
 
-    async def _do_all(self, stream: StreamId, lane: Lane, batch: list[Job]) -> None:
-        """Do a lane's jobs in order; messages that came together are submitted together."""
+    async def _do_all(
+        self,
+        stream: StreamId,
+        lane: Lane,
+        batch: list[Job],
+        answers: trio.MemorySendChannel[Answers],
+    ) -> None:
+        """Do a lane's jobs in order: the posts first (every job but maybe the last), submitted
+        together and answered by the lane's answer task; the other job once they are."""
         ingests = [job for job in batch if isinstance(job, Ingest)]
-        if len(ingests) > 1 and len(ingests) == len(batch) - (not isinstance(batch[-1], Ingest)):
+        if ingests:
             requests = await self.supervisor.submit_all(stream, [one.post for one in ingests])
-            for ingest, request in zip(ingests, requests, strict=True):
-                try:
-                    self._after_ingest(stream, ingest, await request.result_soon())
-                except Exception:  # one bad event must not stop the channel
-                    log.exception("channel %s failed on %r", stream, ingest)
-                finally:
-                    self._done(lane, ingest)
-            batch = batch[len(ingests) :]
-        for job in batch:
+            answers.send_nowait((ingests, requests))
+        for job in batch[len(ingests) :]:
+            assert not isinstance(job, Ingest)
+            answered = trio.Event()  # it reads what is stored: the posts ahead are, first
+            answers.send_nowait(answered)
+            await answered.wait()
             try:
                 await self._do(stream, job)
             except Exception:  # one bad event must not stop the channel
@@ -445,15 +461,30 @@ class EvaBot:
                 if isinstance(job, Backfill):
                     job.done.set()
 
+    async def _take_answers(
+        self, stream: StreamId, lane: Lane, to_take: trio.MemoryReceiveChannel[Answers]
+    ) -> None:
+        """Take a lane's answers in order: tell the watcher, answer questions, mark done."""
+        async with to_take:
+            async for item in to_take:
+                if isinstance(item, trio.Event):
+                    item.set()
+                    continue
+                for ingest, request in zip(*item, strict=True):
+                    try:
+                        self._after_ingest(stream, ingest, await request.result_soon())
+                    except Exception:  # one bad event must not stop the channel
+                        log.exception("channel %s failed on %r", stream, ingest)
+                    finally:
+                        self._done(lane, ingest)
+
     def _done(self, lane: Lane, job: Job) -> None:
         lane.done(job)
         if isinstance(job, Ingest) and job.claimed:
             self.unclaim(job.post)
 
-    async def _do(self, stream: StreamId, job: Job) -> None:
+    async def _do(self, stream: StreamId, job: Change | Backfill) -> None:
         match job:
-            case Ingest():
-                self._after_ingest(stream, job, await self.supervisor.ask(stream, job.post))
             case Change(item=Edit() as edit, attachments_known=False):
                 index = self.store.index_of(stream, edit.message_id)
                 stored = None if index is None else self.store.message(stream, index)

@@ -5,11 +5,19 @@
 # Invariants: the inbox is bounded (a burst slows senders down, nothing is
 # dropped); an input that fails is logged with the input and answered with the
 # error, and the actor carries on; at most one compression run per channel;
-# a publish happens only with new leaves to add.
+# a publish happens only with new leaves to add. Posts are pipelined: the
+# actor hands a batch to the writer and takes the next in while it is
+# committed (up to POSTS_IN_FLIGHT batches), each answered when its commit is;
+# every other input of the channel waits until the posts before it are stored.
+# While the actor waits for input with nothing of its channel queued, posts
+# skip the inbox: the sender's task hands them to the writer itself
+# (`post_now`), with the actor's state, as the actor would have; a post costs
+# no turn of the actor's task then.
 from __future__ import annotations
 
 import logging
 import math
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, assert_never
@@ -74,6 +82,10 @@ READ_INPUTS = (GetPrompt, Zoom, Recall, DateOf, RecordTool, RecordReply)
 POST_BATCH = 256
 """Most posts stored in one commit when they queue up for one channel."""
 
+POSTS_IN_FLIGHT = 4
+"""A channel's batches of posts handed to the writer and not stored yet, at most: the
+actor takes the next batch in while earlier ones are committed."""
+
 
 @dataclass(slots=True)
 class Request:
@@ -134,6 +146,17 @@ class Shared:
     turns: Turns = field(default_factory=Turns)  # the channels' compression steps, in turn
 
 
+@dataclass(slots=True)
+class _InFlight:
+    """A batch of posts handed to the writer, not answered yet."""
+
+    requests: list[Request]
+    posts: list[Post]
+    indexes: list[int | None]  # None: stored before
+    end: int  # the index after its last new post
+    stored: trio.Event = field(default_factory=trio.Event)  # set once answered, however
+
+
 class _Place(NamedTuple):
     """Where a post is, or goes when stored next: its channel index."""
 
@@ -165,11 +188,17 @@ class ChannelActor:
         # the store would read them back; dropped whole when any message changes.
         self.unleafed: dict[int, StoredMessage] = {}
         self.stopped = False
+        self._in_flight: deque[_InFlight] = deque()  # oldest first
+        self._in_flight_ids: dict[int, int] = {}  # message id -> index, of posts in flight
+        self._refused: list[Request] = []  # posts of batches refused whole: served one by one
+        self._overflowing = False  # a landed batch took the tail past the overflow mark
+        # Inputs sent to the inbox and not taken yet (counted by the sender), and whether
+        # the loop is doing anything but waiting for one: posts skip the inbox only when
+        # neither (see `post_now`).
+        self.inbox_pending = 0
+        self._serving = True
         self.unfinished_upto = 0  # the cutoff of a run that left leaves undone
         self._quiet_timer_for = -math.inf
-        # The stream's record as the step just served left it, read after its last
-        # await: the loop's next deadline needs it, and nothing has changed it since.
-        self._meta_now: StreamMeta | None = None
         # Reads queued and not yet answered, counted by the sender from the moment it
         # queues one: the read task takes a read off the inbox a turn before it serves
         # it, and the actor must not sleep in that turn.
@@ -192,17 +221,25 @@ class ChannelActor:
         async with self.receive, self.read_receive, trio.open_nursery() as nursery:
             nursery.start_soon(self._serve_reads)
             while not self._may_sleep():
+                if self._refused:
+                    await self._settle_posts()
+                if self._overflowing:
+                    self._overflowing = False
+                    await self._after_posts(None)
                 request = None
                 deadline = self._next_deadline()
-                self._meta_now = None
                 with trio.move_on_at(deadline) as self._waiting:
+                    self._serving = False
                     request = await self.receive.receive()
+                self._serving = True
+                if request is not None:
+                    self.inbox_pending -= 1
                 if request is None:
                     await self._on_timer()
                 elif isinstance(request.item, Post):
                     await self._serve_posts(request)
                 else:
-                    await self._serve(request)
+                    await self._serve_after_posts(request)
             on_sleep(self)  # no await between the check and leaving the registry
             self.stopped = True
             nursery.cancel_scope.cancel()
@@ -223,6 +260,9 @@ class ChannelActor:
         reads = self.read_receive.statistics()
         return (
             not self.compressing
+            and not self._in_flight
+            and not self._refused
+            and not self._overflowing
             and not self._publish_pending()
             and self.retry_at == math.inf
             and stats.current_buffer_used == 0
@@ -236,7 +276,7 @@ class ChannelActor:
         return max(self.last_input, self.last_read)
 
     def _publish_pending(self) -> bool:
-        meta = self._meta_now if self._meta_now is not None else self._meta()
+        meta = self._meta()
         return meta is not None and meta.leaf_frontier > meta.row_frontier
 
     def _next_deadline(self) -> float:
@@ -362,40 +402,172 @@ class ChannelActor:
                 queued = self.receive.receive_nowait()
             except trio.WouldBlock:
                 break
+            self.inbox_pending -= 1
             if not isinstance(queued.item, Post):
                 after = queued
                 break
             batch.append(queued)
+        await self._send_posts(batch)
+        if after is not None:
+            await self._serve_after_posts(after)
+
+    async def _serve_after_posts(self, request: Request) -> None:
+        """Serve an input other than a post once the posts before it are stored (a
+        compression run's end needs no wait: it is not the channel's input)."""
+        if not isinstance(request.item, _CompressionDone):
+            await self._settle_posts()
+        await self._serve(request)
+
+    async def _send_posts(self, batch: list[Request]) -> None:
+        """Hand a batch of posts to the writer; `_landed` answers them once committed.
+
+        Waits for the oldest batch in flight when POSTS_IN_FLIGHT are. A post
+        already in flight again (Discord sent it twice) waits for it to land,
+        so it is answered as stored before.
+        """
         posts = [request.item for request in batch if isinstance(request.item, Post)]
-        meta: StreamMeta | None = None
+        if self._refused or any(post.message_id in self._in_flight_ids for post in posts):
+            await self._settle_posts()
+        taken = self._take_off(batch, posts)
+        if taken is None:
+            return
+        flight, events = taken
         try:
-            indexes, meta = await self._posts(posts)
-        except Rejected:
-            # One of them does not fit: serve them one by one, so only it fails.
-            for request in batch:
-                await self._serve(request)
-        except Exception as error:  # a failing store must not stop the channel
-            self.shared.crashes += 1
-            log.exception("channel %s failed on %d posts", self.stream, len(batch))
-            for request in batch:
-                request.reply(error=error)
-        else:
+            await self.shared.writer.append_later(
+                self.stream, events, lambda outcome: self._landed(flight, events, outcome)
+            )
+        except Exception as error:  # not queued: the writer is closing
+            self._land(flight)
+            self._failed_posts(batch, error)
+            return
+        if len(self._in_flight) >= POSTS_IN_FLIGHT:
+            await self._in_flight[0].stored.wait()
+
+    def post_now(self, batch: list[Request]) -> bool:
+        """Hand posts to the writer from the sender's task, as `_send_posts` would.
+
+        Only while the loop waits for input and nothing is queued for it (so
+        nothing of the channel is ahead of them), no post of theirs is in
+        flight, fewer than POSTS_IN_FLIGHT batches are, and the writer has room;
+        False, with nothing done, when they must go through the inbox.
+        """
+        posts = [request.item for request in batch if isinstance(request.item, Post)]
+        if (
+            self._serving
+            or self.inbox_pending
+            or self.stopped
+            or self._refused
+            or self._overflowing
+            or len(posts) != len(batch)
+            or len(self._in_flight) >= POSTS_IN_FLIGHT
+            or not self.shared.writer.has_room()
+            or any(post.message_id in self._in_flight_ids for post in posts)
+        ):
+            return False
+        taken = self._take_off(batch, posts)
+        if taken is not None:
+            flight, events = taken
+            queued = self.shared.writer.append_later_nowait(
+                self.stream, events, lambda outcome: self._landed(flight, events, outcome)
+            )
+            assert queued, "the writer had room a moment ago"
+        return True
+
+    def _take_off(
+        self, batch: list[Request], posts: list[Post]
+    ) -> tuple[_InFlight, list[AnyEvent]] | None:
+        """Give the posts their indexes and put them in flight, with the events to append;
+        None when there is nothing to append (each is answered already)."""
+        try:
+            indexes = [
+                None if place is None or place.stored else place.at
+                for place in self._places(posts)
+            ]
+            events: list[AnyEvent] = [
+                posted_event(post, index)
+                for post, index in zip(posts, indexes, strict=True)
+                if index is not None
+            ]
+        except Exception as error:  # a store that cannot be read must not stop the channel
+            self._failed_posts(batch, error)
+            return None
+        if not events:
             for request, index in zip(batch, indexes, strict=True):
                 request.reply(index)
-            if meta is not None:
-                meta = await self._after_posts(meta)
-        if after is not None:
-            await self._serve(after)
+            return None
+        self._touch(max(post.at_ms for post in posts))
+        flight = _InFlight(batch, posts, indexes, max(i for i in indexes if i is not None) + 1)
+        self._in_flight.append(flight)
+        for post, index in zip(posts, indexes, strict=True):
+            if index is not None:
+                self._in_flight_ids[post.message_id] = index
+        return flight, events
+
+    def _landed(
+        self, flight: _InFlight, events: list[AnyEvent], outcome: Appended | BaseException
+    ) -> None:
+        """A batch's commit is answered (called by the writer, in commit order)."""
+        self._land(flight)
+        if isinstance(outcome, Rejected):  # one of them does not fit: one by one, so only it fails
+            self._refused.extend(flight.requests)
+            self._waiting.cancel()
+            return
+        if isinstance(outcome, BaseException):
+            self._failed_posts(flight.requests, outcome)
+            return
+        meta: StreamMeta | None = None
+        try:
+            meta = self._stored(flight.posts, flight.indexes, events)
+        except Exception:  # they are stored: they are answered so; the tail is read again
+            self.shared.crashes += 1
+            log.exception("channel %s failed after storing %d posts", self.stream, len(events))
+            self.tail.forget()
+            self.unleafed.clear()
+        for request, index in zip(flight.requests, flight.indexes, strict=True):
+            request.reply(index)
+        if meta is None or self.stopped:
+            return
+        if meta.tail_bytes > self.shared.settings.overflow_tail_bytes:
+            self._overflowing = True  # the loop publishes; a publish needs awaits
+            self._waiting.cancel()
         else:
-            self._meta_now = meta
+            self._maybe_compress(meta=meta)
+
+    def _land(self, flight: _InFlight) -> None:
+        """Take a batch out of flight."""
+        self._in_flight.remove(flight)  # the oldest, but for a batch never queued
+        for post, index in zip(flight.posts, flight.indexes, strict=True):
+            if index is not None:
+                self._in_flight_ids.pop(post.message_id, None)
+        flight.stored.set()
+
+    def _failed_posts(self, requests: list[Request], error: BaseException) -> None:
+        self.shared.crashes += 1
+        log.error("channel %s failed on %d posts: %r", self.stream, len(requests), error)
+        for request in requests:
+            request.reply(error=error)
+
+    async def _settle_posts(self) -> None:
+        """Wait until every batch in flight is answered, then serve the refused posts."""
+        while self._in_flight:
+            await self._in_flight[-1].stored.wait()
+        refused, self._refused = self._refused, []
+        for request in refused:
+            await self._serve(request)
 
     def _places(self, posts: Sequence[Post]) -> list[_Place | None]:
         """Where each post is stored, or goes if stored next; None for a repeat of one before."""
         meta, stored = self.shared.store.meta_and_indexes(
             self.stream, [post.message_id for post in posts]
         )
+        if self._in_flight:  # posts handed to the writer have their indexes already
+            stored = [
+                self._in_flight_ids.get(post.message_id) if at is None else at
+                for post, at in zip(posts, stored, strict=True)
+            ]
         next_index = max([meta.messages if meta is not None else 0]
-                         + [index + 1 for index in stored if index is not None])
+                         + [index + 1 for index in stored if index is not None]
+                         + [flight.end for flight in self._in_flight])
         seen: set[int] = set()
         places: list[_Place | None] = []
         for post, stored_at in zip(posts, stored, strict=True):
@@ -427,31 +599,39 @@ class ChannelActor:
         if not events:
             return indexes, None
         await self._write(events)
+        self._touch(max(post.at_ms for post in posts))
+        return indexes, self._stored(posts, indexes, events)
+
+    def _stored(
+        self, posts: Sequence[Post], indexes: list[int | None], events: list[AnyEvent]
+    ) -> StreamMeta:
+        """Keep up with posts just stored (their unleafed messages, the tail); returns
+        the stream's record as they left it."""
         for event in events:
             if isinstance(event, MessagePosted):
                 self.unleafed[event.index] = StoredMessage(
                     event, event.content, event.attachments, event.edited_at_ms, False
                 )
-        self._touch(max(post.at_ms for post in posts))
-        meta: StreamMeta | None = self._meta()
+        meta = self._meta()
         assert meta is not None
         tz = channel_zone(meta, self.shared.settings)
         self.tail.add(zip(posts, indexes, strict=True), tz)
         self.sizes.use_zone(tz)  # lines are measured as they are written, from the first
-        return indexes, meta
+        return meta
 
-    async def _after_posts(self, meta: StreamMeta) -> StreamMeta | None:
+    async def _after_posts(self, meta: StreamMeta | None) -> None:
         """What stored posts set going: a publish if the tail overflows, compression.
 
         Run once their senders have their answers, which need neither; `meta` is
-        the stream's record read since they were stored. Returns it if it still
-        holds (None after a publish)."""
+        the stream's record read since they were stored (None: read it now)."""
+        meta = meta or self._meta()
+        if meta is None:
+            return
         if meta.tail_bytes > self.shared.settings.overflow_tail_bytes:
             await self._maybe_publish()
             self._maybe_compress()  # the publish moved the record on
-            return None
+            return
         self._maybe_compress(meta=meta)
-        return meta
 
     async def _edit(self, edit: Edit) -> bool:
         index = self.shared.store.index_of(self.stream, edit.message_id)
@@ -602,7 +782,12 @@ class ChannelActor:
         request = Request(_CompressionDone(stats, error))
         if self.stopped:
             return
-        await self.send.send(request)
+        self.inbox_pending += 1
+        try:
+            await self.send.send(request)
+        except BaseException:
+            self.inbox_pending -= 1
+            raise
 
     async def _stop_compression(self) -> None:
         """Cancel a running compression and wait until it has stopped writing."""

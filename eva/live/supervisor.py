@@ -103,15 +103,18 @@ class Supervisor:
         the scheduler there is enough.
         """
         await trio.lowlevel.checkpoint_if_cancelled()
-        requests = []
-        for item in items:
-            request = Request(item)
+        requests = [Request(item) for item in items]
+        if requests and self._actor(stream).post_now(requests):  # nothing ahead: no inbox
+            return requests
+        for request in requests:
+            item = request.item
             reading = isinstance(item, READ_INPUTS)
             while True:
                 actor = self._actor(stream)
                 inbox = actor.read_send if reading else actor.send
                 queued = False
                 actor.reads_pending += reading  # counted before it can be taken
+                actor.inbox_pending += not reading
                 try:
                     try:
                         inbox.send_nowait(request)
@@ -124,7 +127,7 @@ class Supervisor:
                 finally:
                     if not queued:
                         actor.reads_pending -= reading
-            requests.append(request)
+                        actor.inbox_pending -= not reading
         return requests
 
     def wake(self, stream: StreamId) -> None:

@@ -20,6 +20,8 @@
 # commit.
 from __future__ import annotations
 
+import logging
+import math
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -34,6 +36,8 @@ from eva.store.event_store import Appended, Batch, EventStore
 from eva.store.lmdb_kv import LmdbBackend
 from eva.store.write_process import Submitted, WriteProcess
 
+log = logging.getLogger(__name__)
+
 MAX_GROUP = 512
 """Urgent appends a group takes at most."""
 BACKGROUND_EVENTS = 256
@@ -45,11 +49,17 @@ IN_FLIGHT = 2
 """Groups handed to a write process at once: it commits the next while this one is answered."""
 
 
+OnDone = Callable[[Appended | BaseException], None]
+"""Told how an append queued with `Writer.append_later` ended: its Appended once durable,
+or what refused or failed it (Rejected, or the commit's error)."""
+
+
 @dataclass(slots=True)
 class _Request:
     batch: Batch
     on_stored: Callable[[], None] | None = None
     background: bool = False
+    on_done: OnDone | None = None
     done: trio.Event = field(default_factory=trio.Event)
     result: Appended | Rejected | None = None
     error: BaseException | None = None
@@ -103,10 +113,7 @@ class Writer:
         while people's messages go first.
         """
         request = _Request(Batch(stream, list(events)), on_stored, background)
-        try:  # no turn of the scheduler to queue it while there is room: the wait is one
-            self._send.send_nowait(request)
-        except trio.WouldBlock:
-            await self._send.send(request)
+        await self._put(request)
         await request.done.wait()
         if request.error is not None:
             raise request.error
@@ -114,6 +121,41 @@ class Writer:
         if isinstance(request.result, Rejected):
             raise request.result
         return request.result
+
+    async def append_later(
+        self, stream: StreamId, events: Sequence[AnyEvent], on_done: OnDone
+    ) -> None:
+        """Queue an urgent append and return before it is stored; it waits only for room.
+
+        `on_done` is called once, when the commit that holds it is answered
+        (before any task waiting on that commit runs): with the Appended, or
+        with what refused or failed it. Appends are answered in the order of
+        their commits, so a sender's appends end in the order it queued them.
+        `on_done` must not await, and what it raises is logged and dropped.
+        """
+        await self._put(_Request(Batch(stream, list(events)), on_done=on_done))
+
+    def append_later_nowait(
+        self, stream: StreamId, events: Sequence[AnyEvent], on_done: OnDone
+    ) -> bool:
+        """`append_later` if there is room now (see `has_room`); False, with nothing
+        queued, if there is not."""
+        try:
+            self._send.send_nowait(_Request(Batch(stream, list(events)), on_done=on_done))
+        except trio.WouldBlock:
+            return False
+        return True
+
+    def has_room(self) -> bool:
+        """Whether an append queued now waits for none."""
+        stats = self._send.statistics()
+        return stats.current_buffer_used < stats.max_buffer_size and not stats.tasks_waiting_send
+
+    async def _put(self, request: _Request) -> None:
+        try:  # no turn of the scheduler to queue it while there is room: the wait is one
+            self._send.send_nowait(request)
+        except trio.WouldBlock:
+            await self._send.send(request)
 
     def statistics(self) -> WriterStatistics:
         return WriterStatistics(self._commits, self._appends, self._events, self._largest)
@@ -135,20 +177,26 @@ class Writer:
                     self._in_flight.release()
 
     async def run(self) -> None:
-        """Commit requests in groups until the channel closes; then finish what is queued."""
-        async with self._receive, trio.open_nursery() as answering:
-            while True:
-                if not self._urgent and not self._background:
-                    try:
-                        self._queue(await self._receive.receive())
-                    except trio.EndOfChannel:
-                        break
-                async with self._paused:
-                    if self.process is None:
-                        await self._commit(self._next_group())
-                        continue
-                    await self._in_flight.acquire()  # the group is chosen once it can go
-                    await self._submit(self._next_group(), answering)
+        """Commit requests in groups until the channel closes; then finish what is queued.
+
+        With a write process, one task takes the answers, in the order the groups went.
+        """
+        sent, to_answer = trio.open_memory_channel[tuple[list[_Request], Submitted]](math.inf)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._answer_in_order, to_answer)
+            async with self._receive, sent:
+                while True:
+                    if not self._urgent and not self._background:
+                        try:
+                            self._queue(await self._receive.receive())
+                        except trio.EndOfChannel:
+                            break
+                    async with self._paused:
+                        if self.process is None:
+                            await self._commit(self._next_group())
+                            continue
+                        await self._in_flight.acquire()  # the group is chosen once it can go
+                        await self._submit(self._next_group(), sent)
 
     def _queue(self, request: _Request) -> None:
         (self._background if request.background else self._urgent).append(request)
@@ -183,9 +231,13 @@ class Writer:
             return
         self._answer(group, results)
 
-    async def _submit(self, group: list[_Request], answering: trio.Nursery) -> None:
-        """Hand a group to the write process, to be answered by a task of `answering`
-        once committed; the caller holds one of the IN_FLIGHT places for it."""
+    async def _submit(
+        self,
+        group: list[_Request],
+        sent: trio.MemorySendChannel[tuple[list[_Request], Submitted]],
+    ) -> None:
+        """Hand a group to the write process, to be answered in turn once committed;
+        the caller holds one of the IN_FLIGHT places for it."""
         process = self.process
         assert process is not None
         try:
@@ -197,7 +249,14 @@ class Writer:
             if not isinstance(error, Exception):
                 raise
             return
-        answering.start_soon(self._wait, group, submitted)
+        sent.send_nowait((group, submitted))
+
+    async def _answer_in_order(
+        self, to_answer: trio.MemoryReceiveChannel[tuple[list[_Request], Submitted]]
+    ) -> None:
+        async with to_answer:
+            async for group, submitted in to_answer:
+                await self._wait(group, submitted)
 
     async def _wait(self, group: list[_Request], submitted: Submitted) -> None:
         process = self.process
@@ -217,6 +276,8 @@ class Writer:
         """Answer every sender with the error; the writer carries on."""
         for request in group:
             request.error = error
+            if request.on_done is not None:
+                _tell(request.on_done, error)
             request.done.set()
 
     def _answer(self, group: list[_Request], results: list[Appended | Rejected]) -> None:
@@ -228,11 +289,20 @@ class Writer:
             request.result = result
             if request.on_stored is not None and not isinstance(result, Rejected):
                 request.on_stored()
+            if request.on_done is not None:
+                _tell(request.on_done, result)
             request.done.set()
 
     def close(self) -> None:
         """No more appends; `run` returns once the queued ones are committed."""
         self._send.close()
+
+
+def _tell(on_done: OnDone, outcome: Appended | BaseException) -> None:
+    try:
+        on_done(outcome)
+    except Exception:  # the sender's fault: the writer and the other senders carry on
+        log.exception("an append's on_done failed")
 
 
 @asynccontextmanager
