@@ -426,6 +426,23 @@ async def test_idle_actor_sleeps_and_wakes_with_the_same_state(
         assert before == memory_text(store, STREAM, SMALL)
 
 
+async def test_an_actor_idle_while_its_posts_commit_sleeps_once_they_are_stored(
+    tmp_path: Path, autojump_clock: Any
+) -> None:
+    store = fresh_store(tmp_path)
+    async with running(store) as supervisor:
+        assert await supervisor.ask(STREAM, message(STREAM, 0)) == 0
+        await settle()
+        async with supervisor.shared.writer.paused():
+            late = await supervisor.submit_all(STREAM, [message(STREAM, 1)])
+            await trio.sleep(LIVE.idle_seconds + 1)  # a commit slower than the actor idles
+            await settle()
+            assert supervisor.awake() == [STREAM]  # its posts in flight keep it awake
+        assert await late[0].result() == 1
+        await settle()
+        assert supervisor.awake() == []
+
+
 async def test_a_prompt_shows_the_posts_ahead_as_they_will_be_stored(
     tmp_path: Path, autojump_clock: Any
 ) -> None:

@@ -460,18 +460,19 @@ class ChannelActor:
             or self._overflowing
             or len(posts) != len(batch)
             or len(self._in_flight) >= POSTS_IN_FLIGHT
-            or not self.shared.writer.has_room()
             or any(post.message_id in self._in_flight_ids for post in posts)
         ):
             return False
         taken = self._take_off(batch, posts)
-        if taken is not None:
-            flight, events = taken
-            queued = self.shared.writer.append_later_nowait(
-                self.stream, events, lambda outcome: self._landed(flight, events, outcome)
-            )
-            assert queued, "the writer had room a moment ago"
-        return True
+        if taken is None:
+            return True  # answered already
+        flight, events = taken
+        if self.shared.writer.append_later_nowait(
+            self.stream, events, lambda outcome: self._landed(flight, events, outcome)
+        ):
+            return True
+        self._land(flight)  # the writer is full: back out, and wait in the inbox
+        return False
 
     def _take_off(
         self, batch: list[Request], posts: list[Post]
@@ -525,6 +526,10 @@ class ChannelActor:
             self.unleafed.clear()
         for request, index in zip(flight.requests, flight.indexes, strict=True):
             request.reply(index)
+        if not self._in_flight and trio.current_time() - self._last_active() >= (
+            self.shared.live.idle_seconds
+        ):
+            self._waiting.cancel()  # idle while these were committed: it may sleep now
         if meta is None or self.stopped:
             return
         if meta.tail_bytes > self.shared.settings.overflow_tail_bytes:

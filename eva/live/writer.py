@@ -138,18 +138,12 @@ class Writer:
     def append_later_nowait(
         self, stream: StreamId, events: Sequence[AnyEvent], on_done: OnDone
     ) -> bool:
-        """`append_later` if there is room now (see `has_room`); False, with nothing
-        queued, if there is not."""
+        """`append_later` if there is room now; False, with nothing queued, if not."""
         try:
             self._send.send_nowait(_Request(Batch(stream, list(events)), on_done=on_done))
         except trio.WouldBlock:
             return False
         return True
-
-    def has_room(self) -> bool:
-        """Whether an append queued now waits for none."""
-        stats = self._send.statistics()
-        return stats.current_buffer_used < stats.max_buffer_size and not stats.tasks_waiting_send
 
     async def _put(self, request: _Request) -> None:
         try:  # no turn of the scheduler to queue it while there is room: the wait is one
