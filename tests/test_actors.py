@@ -720,8 +720,8 @@ async def test_a_channel_sends_its_next_posts_while_earlier_ones_are_committed(
             edit = await supervisor.submit(STREAM, fixed)
             await settle()
             assert len(actor._in_flight) == 4 and not actor._refused
-            assert not any(r.done.is_set() for batch in batches for r in batch)
-            assert not edit.done.is_set()
+            assert not any(r.is_done for batch in batches for r in batch)
+            assert not edit.is_done
         answers = [[await r.result() for r in batch] for batch in batches]
         assert answers == [[1], [2, 3], [4, 5], [6, 7]]
         assert await edit.result() is True

@@ -92,17 +92,19 @@ class Request:
     """An input on its way to an actor, with the slot its answer goes in."""
 
     item: ChannelInput | _CompressionDone
-    done: trio.Event = field(default_factory=trio.Event)
     answer: Any = None
     error: BaseException | None = None
+    is_done: bool = False
+    _waiter: trio.Event | None = None  # made only for a sender that waits
 
     def reply(self, answer: Any = None, error: BaseException | None = None) -> None:
-        self.answer, self.error = answer, error
-        self.done.set()
+        self.answer, self.error, self.is_done = answer, error, True
+        if self._waiter is not None:
+            self._waiter.set()
 
     async def result(self) -> Any:
         """The answer, once there is one; raises what the actor raised for this input."""
-        await self.done.wait()
+        await self._wait()
         return self.answered()
 
     async def result_soon(self) -> Any:
@@ -111,12 +113,20 @@ class Request:
         For a task that takes the answers of many requests in turn (a commit
         answers a whole batch at once) and checkpoints elsewhere in its loop.
         """
-        if not self.done.is_set():
-            await self.done.wait()
+        if not self.is_done:
+            await self._wait()
         return self.answered()
 
+    async def _wait(self) -> None:
+        if self.is_done:
+            await trio.lowlevel.checkpoint()
+            return
+        if self._waiter is None:
+            self._waiter = trio.Event()
+        await self._waiter.wait()
+
     def answered(self) -> Any:
-        """The answer given, or what the actor raised; only once `done` is set."""
+        """The answer given, or what the actor raised; only once `is_done`."""
         if self.error is not None:
             raise self.error
         return self.answer
@@ -154,7 +164,19 @@ class _InFlight:
     posts: list[Post]
     indexes: list[int | None]  # None: stored before
     end: int  # the index after its last new post
-    stored: trio.Event = field(default_factory=trio.Event)  # set once answered, however
+    answered: bool = False  # stored or refused
+    _waiter: trio.Event | None = None
+
+    async def wait_answered(self) -> None:
+        if not self.answered:
+            if self._waiter is None:
+                self._waiter = trio.Event()
+            await self._waiter.wait()
+
+    def answer(self) -> None:
+        self.answered = True
+        if self._waiter is not None:
+            self._waiter.set()
 
 
 class _Place(NamedTuple):
@@ -441,7 +463,7 @@ class ChannelActor:
             self._failed_posts(batch, error)
             return
         if len(self._in_flight) >= POSTS_IN_FLIGHT:
-            await self._in_flight[0].stored.wait()
+            await self._in_flight[0].wait_answered()
 
     def post_now(self, batch: list[Request]) -> bool:
         """Hand posts to the writer from the sender's task, as `_send_posts` would.
@@ -544,7 +566,7 @@ class ChannelActor:
         for post, index in zip(flight.posts, flight.indexes, strict=True):
             if index is not None:
                 self._in_flight_ids.pop(post.message_id, None)
-        flight.stored.set()
+        flight.answer()
 
     def _failed_posts(self, requests: list[Request], error: BaseException) -> None:
         self.shared.crashes += 1
@@ -555,7 +577,7 @@ class ChannelActor:
     async def _settle_posts(self) -> None:
         """Wait until every batch in flight is answered, then serve the refused posts."""
         while self._in_flight:
-            await self._in_flight[-1].stored.wait()
+            await self._in_flight[-1].wait_answered()
         refused, self._refused = self._refused, []
         for request in refused:
             await self._serve(request)

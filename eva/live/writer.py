@@ -25,7 +25,7 @@ import math
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import trio
 
@@ -60,7 +60,7 @@ class _Request:
     on_stored: Callable[[], None] | None = None
     background: bool = False
     on_done: OnDone | None = None
-    done: trio.Event = field(default_factory=trio.Event)
+    done: trio.Event | None = None  # for a sender that waits (`append`)
     result: Appended | Rejected | None = None
     error: BaseException | None = None
 
@@ -112,9 +112,10 @@ class Writer:
         A `background` append (compression's lines) may wait for a few commits
         while people's messages go first.
         """
-        request = _Request(Batch(stream, list(events)), on_stored, background)
+        done = trio.Event()
+        request = _Request(Batch(stream, list(events)), on_stored, background, done=done)
         await self._put(request)
-        await request.done.wait()
+        await done.wait()
         if request.error is not None:
             raise request.error
         assert request.result is not None
@@ -272,7 +273,8 @@ class Writer:
             request.error = error
             if request.on_done is not None:
                 _tell(request.on_done, error)
-            request.done.set()
+            if request.done is not None:
+                request.done.set()
 
     def _answer(self, group: list[_Request], results: list[Appended | Rejected]) -> None:
         self._commits += 1
@@ -285,7 +287,8 @@ class Writer:
                 request.on_stored()
             if request.on_done is not None:
                 _tell(request.on_done, result)
-            request.done.set()
+            if request.done is not None:
+                request.done.set()
 
     def close(self) -> None:
         """No more appends; `run` returns once the queued ones are committed."""
