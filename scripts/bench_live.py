@@ -41,6 +41,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -131,37 +132,90 @@ def interleaved(by_channel: dict[StreamId, list[Post]]) -> Iterator[tuple[Stream
                 yield stream, posts[position]
 
 
-async def run_lane(
-    supervisor: Supervisor,
-    stream: StreamId,
-    receive: trio.MemoryReceiveChannel[tuple[float, Post]],
-    latencies: list[float],
-) -> None:
-    """A channel's lane, as the bot's: it submits what it holds (up to LANE_BATCH) together,
-    and a second task takes the answers in order, so the next batch goes while one is
-    stored. Each latency runs from the message's arrival (the float) to its answer."""
-    answers, to_take = trio.open_memory_channel[tuple[list[float], list[Request]]](math.inf)
+class Lane:
+    """A channel's lane, as the bot's (eva.discord.bot): its messages in arrival order.
 
-    async def take_answers() -> None:
-        async with to_take:
-            async for arrivals, requests in to_take:
-                for arrived, request in zip(arrivals, requests, strict=True):
-                    answer = await request.result_soon()
-                    latencies.append(time.perf_counter() - arrived)
-                    assert answer is not None, "a new message was answered as already stored"
+    While its task waits with nothing queued, a message goes to the channel's
+    actor at once from the gateway's task (Supervisor.post_now); else it
+    queues, and the task submits what the lane holds (up to LANE_BATCH)
+    together. Answers are taken as they come (Request.on_answer), so the next
+    messages go while earlier ones are stored. Each latency runs from the
+    message's arrival (the float) to its answer.
+    """
 
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(take_answers)
-        async with receive, answers:
-            async for first in receive:
+    def __init__(
+        self, supervisor: Supervisor, stream: StreamId, latencies: list[float], capacity: float
+    ) -> None:
+        self.supervisor = supervisor
+        self.stream = stream
+        self.latencies = latencies
+        self.send, self.receive = trio.open_memory_channel[tuple[float, Post]](capacity)
+        self.queued = 0  # put and not taken by the task yet
+        self.waiting = False  # the task waits for messages
+        self.unanswered = 0
+        self.not_new = 0  # answered as stored before, or with an error: none should be
+        self._all_answered: trio.Event | None = None
+
+    def put_nowait(self, arrived: float, post: Post) -> None:
+        """Hand a message on, or queue it; trio.WouldBlock when the lane is full."""
+        if self.waiting and not self.queued:
+            request = Request(post, on_answer=partial(self._answered, arrived))
+            self.unanswered += 1
+            if self.supervisor.post_now(self.stream, [request]):
+                return
+            self.unanswered -= 1
+        self.send.send_nowait((arrived, post))
+        self.queued += 1
+
+    async def put(self, arrived: float, post: Post) -> None:
+        """`put_nowait`, waiting while the lane is full (as a full socket buffer would)."""
+        try:
+            self.put_nowait(arrived, post)
+        except trio.WouldBlock:
+            self.queued += 1
+            try:
+                await self.send.send((arrived, post))
+            except BaseException:
+                self.queued -= 1
+                raise
+
+    def _answered(self, arrived: float, request: Request) -> None:
+        self.latencies.append(time.perf_counter() - arrived)
+        self.unanswered -= 1
+        if request.error is not None or request.answer is None:
+            self.not_new += 1
+        if not self.unanswered and self._all_answered is not None:
+            self._all_answered.set()
+
+    async def run(self) -> None:
+        """Submit what the lane holds until it is closed; return once all is answered."""
+        receive = self.receive
+        async with receive:
+            while True:
+                self.waiting = True
+                try:
+                    first = await receive.receive()
+                except trio.EndOfChannel:
+                    break
+                finally:
+                    self.waiting = False
                 batch = [first]
                 while len(batch) < LANE_BATCH:
                     try:
                         batch.append(receive.receive_nowait())
                     except (trio.WouldBlock, trio.EndOfChannel):
                         break
-                requests = await supervisor.submit_all(stream, [post for _, post in batch])
-                answers.send_nowait(([arrived for arrived, _ in batch], requests))
+                self.queued -= len(batch)
+                self.unanswered += len(batch)
+                requests = await self.supervisor.submit_all(
+                    self.stream, [post for _, post in batch]
+                )
+                for (arrived, _), request in zip(batch, requests, strict=True):
+                    request.when_answered(partial(self._answered, arrived))
+        while self.unanswered:
+            self._all_answered = trio.Event()
+            await self._all_answered.wait()
+        assert not self.not_new, f"{self.not_new} new messages were not stored as new"
 
 
 async def ingest(
@@ -174,7 +228,7 @@ async def ingest(
     does (eva.discord.bot); a lane holds up to `window` messages not taken yet,
     and a full one holds the gateway up, as a full socket buffer would. Each
     lane's task, like the bot's, takes what its lane holds (up to LANE_BATCH)
-    and submits it together (see `run_lane`). A message's latency runs from
+    and submits it together (see `Lane`). A message's latency runs from
     the moment the gateway hands it to its lane to its answer, so time spent
     queued in the lane counts against it.
     """
@@ -182,19 +236,14 @@ async def ingest(
     started = time.perf_counter()
     with trio.fail_after(INGEST_LIMIT_S):
         async with trio.open_nursery() as nursery:
-            lanes: dict[StreamId, trio.MemorySendChannel[tuple[float, Post]]] = {}
+            lanes: dict[StreamId, Lane] = {}
             for stream in by_channel:
-                send, receive = trio.open_memory_channel[tuple[float, Post]](window)
-                lanes[stream] = send
-                nursery.start_soon(run_lane, supervisor, stream, receive, latencies)
+                lanes[stream] = Lane(supervisor, stream, latencies, window)
+                nursery.start_soon(lanes[stream].run)
             for stream, post in interleaved(by_channel):
-                item = (time.perf_counter(), post)
-                try:
-                    lanes[stream].send_nowait(item)
-                except trio.WouldBlock:
-                    await lanes[stream].send(item)
-            for send in lanes.values():
-                send.close()
+                await lanes[stream].put(time.perf_counter(), post)
+            for lane in lanes.values():
+                lane.send.close()
     return time.perf_counter() - started, latencies
 
 
@@ -220,21 +269,21 @@ async def ingest_paced(
         async with trio.open_nursery() as nursery:
             lanes = []
             for channel in range(channels):
-                send, receive = trio.open_memory_channel[tuple[float, Post]](math.inf)
-                lanes.append(send)
                 stream = StreamId(GUILD, first_channel + channel)
-                nursery.start_soon(run_lane, supervisor, stream, receive, latencies)
+                lane = Lane(supervisor, stream, latencies, math.inf)
+                lanes.append(lane)
+                nursery.start_soon(lane.run)
             position = 0
             while position < len(posts):
                 now = time.perf_counter()
                 while position < len(posts) and (due := started + position / rate) <= now:
-                    lanes[position % channels].send_nowait((due, posts[position]))
+                    lanes[position % channels].put_nowait(due, posts[position])
                     position += 1
                 if position < len(posts):
                     next_due = started + position / rate
                     await trio.sleep(max(PACED_TICK_S, next_due - time.perf_counter()))
-            for send in lanes:
-                send.close()
+            for lane in lanes:
+                lane.send.close()
     return time.perf_counter() - started, latencies
 
 

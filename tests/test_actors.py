@@ -756,3 +756,60 @@ async def test_a_refused_batch_in_flight_is_stored_one_by_one_and_the_ones_behin
         message(STREAM, n).message_id for n in range(4)
     ]
     assert replay_stream(store, STREAM).ok
+
+
+async def test_an_answer_taken_by_a_callback_is_given_once_and_its_failure_is_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    seen: list[Any] = []
+    given = Request(GetPrompt(), on_answer=lambda request: seen.append(request.answered()))
+    given.reply("the answer")
+    assert seen == ["the answer"]
+    late = Request(GetPrompt())
+    late.reply("already there")
+    late.when_answered(lambda request: seen.append(request.answered()))  # called at once
+    assert seen == ["the answer", "already there"]
+
+    def broken(request: Request) -> None:
+        raise RuntimeError("the sender's own mistake")
+
+    failing = Request(GetPrompt(), on_answer=broken)
+    failing.reply("an answer")  # the actor carries on
+    assert failing.is_done and "the sender's own mistake" in caplog.text
+
+
+async def test_posts_skip_the_inbox_only_when_nothing_of_the_channel_is_ahead(
+    tmp_path: Path, autojump_clock: Any
+) -> None:
+    store = fresh_store(tmp_path)
+    answers: list[Any] = []
+
+    def requests(*numbers: int) -> list[Request]:
+        return [
+            Request(message(STREAM, n), on_answer=lambda r: answers.append(r.answered()))
+            for n in numbers
+        ]
+
+    async with running(store) as supervisor:
+        assert not supervisor.post_now(STREAM, requests(0))  # asleep: it wakes first
+        await settle()
+        assert supervisor.post_now(STREAM, requests(0))
+        assert not supervisor.post_now(STREAM, requests(0, 1))  # 0 is in flight: not now
+        await settle()
+        assert answers == [0]
+        assert supervisor.post_now(STREAM, requests(0))  # stored before: answered at once
+        assert answers == [0, None]
+        edit = Edit(message_id=message(STREAM, 0).message_id, at_ms=1, content="fixed")
+        async with supervisor.shared.writer.paused():
+            pending = await supervisor.submit(STREAM, edit)
+            assert not supervisor.post_now(STREAM, requests(1))  # the edit is ahead
+            await settle()
+            assert not supervisor.post_now(STREAM, requests(1))  # and being served
+        assert await pending.result() is True
+        await settle()
+        assert supervisor.post_now(STREAM, requests(1))
+        await settle()
+        assert answers == [0, None, 1]
+    assert [e.message_id for e in posted(store, STREAM)] == [
+        message(STREAM, n).message_id for n in range(2)
+    ]

@@ -13,12 +13,14 @@
 # the rest (ready, guilds, interactions). One trio task per lane submits them to the actor in
 # that order (the messages that arrived together at once, so the actor stores them in one
 # commit), so a channel's messages reach its actor (and the log) in the order Discord sent
-# them. A second task per lane takes the answers, so the lane's next messages go while the
-# ones before are being stored; an edit, a deletion or a history fetch waits until the
-# messages ahead of it are answered, since it reads what is stored. Lanes of different
-# channels run side by side. Backfill runs as a job on the lane too, so history fetched
-# over REST is stored in order with the live events queued behind it; duplicates are
-# answered None by the actor and skipped.
+# them. While a lane's task waits with nothing queued, a message skips the lane: the
+# listener hands it to the actor at once (Supervisor.post_now), which costs no turn of
+# the lane's task. Answers are taken as they come (Request.on_answer), so a lane's next
+# messages go while the ones before are being stored; an edit, a deletion or a history
+# fetch waits until the messages ahead of it are answered, since it reads what is stored.
+# Lanes of different channels run side by side. Backfill runs as a job on the lane too,
+# so history fetched over REST is stored in order with the live events queued behind it;
+# duplicates are answered None by the actor and skipped.
 #
 # Answering: a live message that asks Eva is answered at once, while it and the posts
 # ahead of it are still being stored: the prompt shows those posts from the lane, so a
@@ -36,12 +38,13 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import contextvars
 import importlib
 import logging
-import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Protocol, TypeVar
@@ -83,9 +86,6 @@ READY_TIMEOUT_S = 30.0
 LANE_BATCH = 256
 """Most messages of one channel submitted together."""
 
-Answers = tuple[list[Ingest], list[Request]] | trio.Event
-"""What a lane's answer task takes: posts submitted and their requests, or an event to
-set once every answer before it is taken."""
 
 
 class RunTrio(Protocol):
@@ -199,6 +199,9 @@ class EvaBot:
         self.urgency = urgency or Urgency()
         self.answerer = Answerer(bot, supervisor, client, models, eva_id, self.urgency, replies)
         self._nursery = nursery
+        # The context the bot was made in (under trio-asyncio's loop): a stored question's
+        # answer starts in it, though the commit that stored it is answered elsewhere.
+        self._context = contextvars.copy_context()
         self._lanes: dict[StreamId, Lane] = {}
         self._claimed: set[int] = set()  # messages Eva answers, until they are stored
         self.history = History(self)
@@ -377,6 +380,14 @@ class EvaBot:
                 self._lanes_idle = trio.Event()
             self._lane_tasks += 1
             self._nursery.start_soon(self._run_lane, stream, lane)
+        if isinstance(job, Ingest) and lane.idle() and not self.urgency.under_way():
+            lane.track(job)  # skips the lane: nothing of the channel is ahead of it
+            request = Request(job.post, on_answer=partial(self._answered, stream, lane, job))
+            lane.submitted(1)
+            if self.supervisor.post_now(stream, [request]):
+                return lane
+            lane.answered()
+            lane.untrack(job)  # not taken: it goes through the lane
         lane.put(job)
         return lane
 
@@ -410,48 +421,38 @@ class EvaBot:
 
     def answer_soon(self, stream: StreamId, question: Post) -> None:
         """Answer a stored question in the background."""
-        self._nursery.start_soon(self.answerer.answer, stream, question)
+        self._context.run(lambda: self._nursery.start_soon(self.answerer.answer, stream, question))
 
     async def _run_lane(self, stream: StreamId, lane: Lane) -> None:
-        jobs = lane.receive
-        answers, to_take = trio.open_memory_channel[Answers](math.inf)
         try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._take_answers, stream, lane, to_take)
-                async with jobs, answers:
-                    await self._describe(stream)
-                    async for job in jobs:
-                        await self.urgency.yield_to_urgent()  # a reply goes first
-                        batch = [job]
-                        while isinstance(batch[-1], Ingest) and len(batch) < LANE_BATCH:
-                            try:
-                                batch.append(jobs.receive_nowait())
-                            except trio.WouldBlock:
-                                break
-                        await self._do_all(stream, lane, batch, answers)
+            async with lane.receive:
+                await self._describe(stream)
+                while (job := await lane.take()) is not None:
+                    await self.urgency.yield_to_urgent()  # a reply goes first
+                    batch = [job]
+                    while isinstance(batch[-1], Ingest) and len(batch) < LANE_BATCH:
+                        if (queued := lane.take_nowait()) is None:
+                            break
+                        batch.append(queued)
+                    await self._do_all(stream, lane, batch)
+            await lane.all_answered()
         finally:
             self._lane_tasks -= 1
             if self._lane_tasks == 0:
                 self._lanes_idle.set()
 
-    async def _do_all(
-        self,
-        stream: StreamId,
-        lane: Lane,
-        batch: list[Job],
-        answers: trio.MemorySendChannel[Answers],
-    ) -> None:
-        """Do a lane's jobs in order: the posts first (every job but maybe the last), submitted
-        together and answered by the lane's answer task; the other job once they are."""
+    async def _do_all(self, stream: StreamId, lane: Lane, batch: list[Job]) -> None:
+        """Do a lane's jobs in order: the posts first (every job but maybe the last),
+        submitted together and answered as they are stored; the other job once they are."""
         ingests = [job for job in batch if isinstance(job, Ingest)]
         if ingests:
+            lane.submitted(len(ingests))
             requests = await self.supervisor.submit_all(stream, [one.post for one in ingests])
-            answers.send_nowait((ingests, requests))
+            for ingest, request in zip(ingests, requests, strict=True):
+                request.when_answered(partial(self._answered, stream, lane, ingest))
         for job in batch[len(ingests) :]:
             assert not isinstance(job, Ingest)
-            answered = trio.Event()  # it reads what is stored: the posts ahead are, first
-            answers.send_nowait(answered)
-            await answered.wait()
+            await lane.all_answered()  # it reads what is stored: the posts ahead are, first
             try:
                 await self._do(stream, job)
             except Exception:  # one bad event must not stop the channel
@@ -461,22 +462,15 @@ class EvaBot:
                 if isinstance(job, Backfill):
                     job.done.set()
 
-    async def _take_answers(
-        self, stream: StreamId, lane: Lane, to_take: trio.MemoryReceiveChannel[Answers]
-    ) -> None:
-        """Take a lane's answers in order: tell the watcher, answer questions, mark done."""
-        async with to_take:
-            async for item in to_take:
-                if isinstance(item, trio.Event):
-                    item.set()
-                    continue
-                for ingest, request in zip(*item, strict=True):
-                    try:
-                        self._after_ingest(stream, ingest, await request.result_soon())
-                    except Exception:  # one bad event must not stop the channel
-                        log.exception("channel %s failed on %r", stream, ingest)
-                    finally:
-                        self._done(lane, ingest)
+    def _answered(self, stream: StreamId, lane: Lane, ingest: Ingest, request: Request) -> None:
+        """A post's answer: tell the watcher, answer a question, mark it done."""
+        try:
+            self._after_ingest(stream, ingest, request.answered())
+        except Exception:  # one bad event must not stop the channel
+            log.exception("channel %s failed on %r", stream, ingest)
+        finally:
+            self._done(lane, ingest)
+            lane.answered()
 
     def _done(self, lane: Lane, job: Job) -> None:
         lane.done(job)

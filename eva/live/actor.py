@@ -96,11 +96,26 @@ class Request:
     error: BaseException | None = None
     is_done: bool = False
     _waiter: trio.Event | None = None  # made only for a sender that waits
+    on_answer: Callable[[Request], None] | None = None
+    """Called with the request once it is answered, for a sender that does not wait: it
+    must not await, and what it raises is logged and dropped."""
 
     def reply(self, answer: Any = None, error: BaseException | None = None) -> None:
         self.answer, self.error, self.is_done = answer, error, True
         if self._waiter is not None:
             self._waiter.set()
+        if self.on_answer is not None:
+            try:
+                self.on_answer(self)
+            except Exception:  # the sender's fault: the actor carries on
+                log.exception("the answer to %r could not be taken", self.item)
+
+    def when_answered(self, on_answer: Callable[[Request], None]) -> None:
+        """Have `on_answer` called with the request once it is answered (now, if it is)."""
+        self.on_answer = on_answer
+        if self.is_done:
+            self.on_answer = None
+            on_answer(self)
 
     async def result(self) -> Any:
         """The answer, once there is one; raises what the actor raised for this input."""

@@ -130,6 +130,15 @@ class Supervisor:
                         actor.inbox_pending -= not reading
         return requests
 
+    def post_now(self, stream: StreamId, requests: list[Request]) -> bool:
+        """Hand posts to their channel's writer at once, if nothing of the channel is ahead
+        of them (see ChannelActor.post_now); each request's `on_answer` takes its answer
+        (a post stored before is answered before this returns).
+
+        False, with nothing sent, when they must go through `submit_all` instead.
+        """
+        return bool(requests) and self._actor(stream).post_now(requests)
+
     def wake(self, stream: StreamId) -> None:
         """Start the channel's actor if it sleeps."""
         self._actor(stream)
