@@ -7,7 +7,7 @@
 # error, and the actor carries on; at most one compression run per channel;
 # a publish happens only with new leaves to add. Posts are pipelined: the
 # actor hands a batch to the writer and takes the next in while it is
-# committed (up to POSTS_IN_FLIGHT batches), each answered when its commit is;
+# committed (up to POSTS_IN_FLIGHT posts), each answered when its commit is;
 # every other input of the channel waits until the posts before it are stored.
 # While the actor waits for input with nothing of its channel queued, posts
 # skip the inbox: the sender's task hands them to the writer itself
@@ -82,9 +82,12 @@ READ_INPUTS = (GetPrompt, Zoom, Recall, DateOf, RecordTool, RecordReply)
 POST_BATCH = 256
 """Most posts stored in one commit when they queue up for one channel."""
 
-POSTS_IN_FLIGHT = 4
-"""A channel's batches of posts handed to the writer and not stored yet, at most: the
-actor takes the next batch in while earlier ones are committed."""
+POSTS_IN_FLIGHT = POST_BATCH
+"""A channel's posts handed to the writer and not stored yet: the actor takes the next
+batch in while earlier ones are committed until this many wait. Small batches (many
+channels, each with a message now and then) go one after the other; a channel in a
+burst has one full batch in flight, so the commits its burst makes never crowd out
+a reply."""
 
 
 @dataclass(slots=True)
@@ -226,6 +229,7 @@ class ChannelActor:
         self.unleafed: dict[int, StoredMessage] = {}
         self.stopped = False
         self._in_flight: deque[_InFlight] = deque()  # oldest first
+        self._posts_in_flight = 0
         self._in_flight_ids: dict[int, int] = {}  # message id -> index, of posts in flight
         self._refused: list[Request] = []  # posts of batches refused whole: served one by one
         self._overflowing = False  # a landed batch took the tail past the overflow mark
@@ -458,7 +462,7 @@ class ChannelActor:
     async def _send_posts(self, batch: list[Request]) -> None:
         """Hand a batch of posts to the writer; `_landed` answers them once committed.
 
-        Waits for the oldest batch in flight when POSTS_IN_FLIGHT are. A post
+        Waits for the oldest batches in flight while POSTS_IN_FLIGHT posts are. A post
         already in flight again (Discord sent it twice) waits for it to land,
         so it is answered as stored before.
         """
@@ -477,7 +481,7 @@ class ChannelActor:
             self._land(flight)
             self._failed_posts(batch, error)
             return
-        if len(self._in_flight) >= POSTS_IN_FLIGHT:
+        while self._posts_in_flight >= POSTS_IN_FLIGHT:
             await self._in_flight[0].wait_answered()
 
     def post_now(self, batch: list[Request]) -> bool:
@@ -485,7 +489,8 @@ class ChannelActor:
 
         Only while the loop waits for input and nothing is queued for it (so
         nothing of the channel is ahead of them), no post of theirs is in
-        flight, fewer than POSTS_IN_FLIGHT batches are, and the writer has room;
+        flight, they take the posts in flight to POSTS_IN_FLIGHT at most, and the
+        writer has room;
         False, with nothing done, when they must go through the inbox.
         """
         posts = [request.item for request in batch if isinstance(request.item, Post)]
@@ -496,7 +501,7 @@ class ChannelActor:
             or self._refused
             or self._overflowing
             or len(posts) != len(batch)
-            or len(self._in_flight) >= POSTS_IN_FLIGHT
+            or self._posts_in_flight + len(batch) > POSTS_IN_FLIGHT
             or any(post.message_id in self._in_flight_ids for post in posts)
         ):
             return False
@@ -536,6 +541,7 @@ class ChannelActor:
         self._touch(max(post.at_ms for post in posts))
         flight = _InFlight(batch, posts, indexes, max(i for i in indexes if i is not None) + 1)
         self._in_flight.append(flight)
+        self._posts_in_flight += len(batch)
         for post, index in zip(posts, indexes, strict=True):
             if index is not None:
                 self._in_flight_ids[post.message_id] = index
@@ -578,6 +584,7 @@ class ChannelActor:
     def _land(self, flight: _InFlight) -> None:
         """Take a batch out of flight."""
         self._in_flight.remove(flight)  # the oldest, but for a batch never queued
+        self._posts_in_flight -= len(flight.requests)
         for post, index in zip(flight.posts, flight.indexes, strict=True):
             if index is not None:
                 self._in_flight_ids.pop(post.message_id, None)
