@@ -522,15 +522,7 @@ class ChannelActor:
         """Give the posts their indexes and put them in flight, with the events to append;
         None when there is nothing to append (each is answered already)."""
         try:
-            indexes = [
-                None if place is None or place.stored else place.at
-                for place in self._places(posts)
-            ]
-            events: list[AnyEvent] = [
-                posted_event(post, index)
-                for post, index in zip(posts, indexes, strict=True)
-                if index is not None
-            ]
+            indexes, events = self._new_posts(posts)
         except Exception as error:  # a store that cannot be read must not stop the channel
             self._failed_posts(batch, error)
             return None
@@ -630,12 +622,8 @@ class ChannelActor:
             seen.add(post.message_id)
         return places
 
-    async def _posts(self, posts: list[Post]) -> tuple[list[int | None], StreamMeta | None]:
-        """Store posts (in one append); each gets its index, or None if already stored.
-
-        With the indexes comes the stream's record once they are stored (None if
-        none was new).
-        """
+    def _new_posts(self, posts: list[Post]) -> tuple[list[int | None], list[AnyEvent]]:
+        """Each post's index (None if stored before), and the events that store the new."""
         indexes = [
             None if place is None or place.stored else place.at
             for place in self._places(posts)
@@ -645,6 +633,15 @@ class ChannelActor:
             for post, index in zip(posts, indexes, strict=True)
             if index is not None
         ]
+        return indexes, events
+
+    async def _posts(self, posts: list[Post]) -> tuple[list[int | None], StreamMeta | None]:
+        """Store posts (in one append); each gets its index, or None if already stored.
+
+        With the indexes comes the stream's record once they are stored (None if
+        none was new).
+        """
+        indexes, events = self._new_posts(posts)
         if not events:
             return indexes, None
         await self._write(events)
