@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import logging
 import random
+import threading
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -693,65 +694,85 @@ async def test_leaves_show_the_messages_as_edited_and_deleted_before_them(
     assert replay_stream(store, STREAM).ok
 
 
-async def test_a_channel_sends_its_next_posts_while_earlier_ones_are_committed(
-    tmp_path: Path, autojump_clock: Any
+class GatedStore(EventStore):
+    """Commits wait in the writer's worker thread until the test opens the gate."""
+
+    def __init__(self, backend: Any) -> None:
+        super().__init__(backend)
+        self.gate = threading.Event()
+        self.gate.set()
+        self.commits_started = 0
+
+    def append_many(
+        self, batches: Sequence[Batch], stored: Sequence[list[bytes]] | None = None
+    ) -> list[Appended | Rejected]:
+        self.commits_started += 1
+        self.gate.wait(10)
+        return super().append_many(batches, stored)
+
+
+async def test_a_channel_sends_posts_while_one_commits_and_joins_those_not_taken_yet(
+    tmp_path: Path,
 ) -> None:
-    """Posts of an idle actor go to the writer from the sender's task, and a burst is
-    pipelined: several batches wait for commits at once; each is answered by its own
-    commit, in order, and an edit behind them waits until they are stored."""
-    store = fresh_store(tmp_path)
-    async with running(store) as supervisor:
+    """Posts of an idle actor go to the writer from the sender's task: one batch commits
+    while the next waits for the writer, and posts that come meanwhile join the one
+    waiting (one append); each is answered by its commit, in order, and an edit behind
+    them waits until they are stored. On trio's real clock: a commit is held in its
+    thread."""
+    store = GatedStore(open_backend(tmp_path / "data"))
+    async with open_supervisor(store, OfflineSummarizer(), SMALL, LIVE) as supervisor:
         assert await supervisor.ask(STREAM, message(STREAM, 0)) == 0
-        await settle()
+        await trio.sleep(0.05)  # the actor waits for input
         actor = supervisor._actors[STREAM]
-        writer = supervisor.shared.writer
-        async with writer.paused():
-            first = await supervisor.submit_all(STREAM, [message(STREAM, 1)])
-            assert len(actor._in_flight) == 1  # handed over before the sender's next turn
-            batches = [first]
-            for start in (2, 4, 6):
-                batches.append(
-                    await supervisor.submit_all(
-                        STREAM, [message(STREAM, start), message(STREAM, start + 1)]
-                    )
-                )
-                await settle()
-            fixed = Edit(message_id=message(STREAM, 7).message_id, at_ms=1, content="fixed")
-            edit = await supervisor.submit(STREAM, fixed)
-            await settle()
-            assert len(actor._in_flight) == 4 and not actor._refused
-            assert not any(r.is_done for batch in batches for r in batch)
-            assert not edit.is_done
-        answers = [[await r.result() for r in batch] for batch in batches]
-        assert answers == [[1], [2, 3], [4, 5], [6, 7]]
+        appends = supervisor.statistics().appends
+        store.gate.clear()
+        first = await supervisor.submit_all(STREAM, [message(STREAM, 1)])
+        assert len(actor._in_flight) == 1  # handed over before the sender's next turn
+        with trio.fail_after(5):
+            while store.commits_started < 2:  # the writer took it; its commit waits  # noqa: ASYNC110
+                await trio.sleep(0.001)  # a thread counts the commits: no event to wait on
+        second = await supervisor.submit_all(STREAM, [message(STREAM, 2)])
+        third = await supervisor.submit_all(STREAM, [message(STREAM, 3), message(STREAM, 4)])
+        assert [len(flight.posts) for flight in actor._in_flight] == [1, 3]
+        fixed = Edit(message_id=message(STREAM, 4).message_id, at_ms=1, content="fixed")
+        edit = await supervisor.submit(STREAM, fixed)
+        await trio.sleep(0.05)
+        assert not any(request.is_done for request in [*first, *second, *third, edit])
+        store.gate.set()
+        answers = [await request.result() for request in [*first, *second, *third]]
+        assert answers == [1, 2, 3, 4]
         assert await edit.result() is True
+        assert supervisor.statistics().appends - appends == 3  # 1; 2 to 4; the edit
         assert "fixed" in await prompt(supervisor)
     assert [e.message_id for e in posted(store, STREAM)] == [
-        message(STREAM, n).message_id for n in range(8)
+        message(STREAM, n).message_id for n in range(5)
     ]
     assert replay_stream(store, STREAM).ok
 
 
 async def test_a_refused_batch_in_flight_is_stored_one_by_one_and_the_ones_behind_it_too(
-    tmp_path: Path, autojump_clock: Any
+    tmp_path: Path,
 ) -> None:
-    store = fresh_store(tmp_path)
+    store = GatedStore(open_backend(tmp_path / "data"))
     bad = Post(message_id=77, author_id=1, author_name="mallory", at_ms=1, content="\ud800")
-    async with running(store) as supervisor:
+    async with open_supervisor(store, OfflineSummarizer(), SMALL, LIVE) as supervisor:
         assert await supervisor.ask(STREAM, message(STREAM, 0)) == 0
-        await settle()
-        async with supervisor.shared.writer.paused():
-            good = await supervisor.submit_all(STREAM, [message(STREAM, 1)])
-            mixed = await supervisor.submit_all(STREAM, [message(STREAM, 2), bad])
-            await settle()
-            behind = await supervisor.submit_all(STREAM, [message(STREAM, 3)])
-            await settle()
-            assert len(supervisor._actors[STREAM]._in_flight) == 3
-        assert await good[0].result() == 1
-        assert await mixed[0].result() == 2
+        await trio.sleep(0.05)  # the actor waits for input
+        store.gate.clear()
+        mixed = await supervisor.submit_all(STREAM, [message(STREAM, 1), bad])
+        with trio.fail_after(5):
+            while store.commits_started < 2:  # its commit waits  # noqa: ASYNC110
+                await trio.sleep(0.001)  # a thread counts the commits: no event to wait on
+        behind = await supervisor.submit_all(STREAM, [message(STREAM, 2)])
+        joined = await supervisor.submit_all(STREAM, [message(STREAM, 3)])
+        assert [len(f.posts) for f in supervisor._actors[STREAM]._in_flight] == [2, 2]
+        store.gate.set()
+        assert await mixed[0].result() == 1
         with pytest.raises(Rejected, match="cannot be stored"):
             await mixed[1].result()
-        assert await behind[0].result() == 3  # refused for the gap, then stored in order
+        # Refused for the gap the bad one left, then stored one by one, in order.
+        assert await behind[0].result() == 2
+        assert await joined[0].result() == 3
     assert [e.message_id for e in posted(store, STREAM)] == [
         message(STREAM, n).message_id for n in range(4)
     ]

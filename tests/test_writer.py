@@ -191,3 +191,18 @@ async def test_append_later_nowait_queues_only_while_there_is_room(tmp_path: Pat
     assert told == [Appended(A, 0, 1), Appended(A, 1, 1), Appended(A, 2, 1)]
     meta = store.meta(A)
     assert meta is not None and meta.messages == 3
+
+
+async def test_events_join_a_queued_append_until_it_goes_into_a_group(tmp_path: Path) -> None:
+    store = store_in(tmp_path)
+    told: list[Appended | BaseException] = []
+    async with open_writer(store) as writer:
+        async with writer.paused():
+            queued = await writer.append_later(A, [posted(0)], told.append)
+            assert writer.join(queued, [posted(1), posted(2)])  # stored with it, at once
+        assert await writer.append(A, [posted(3)]) == Appended(A, 3, 1)  # a later commit
+        assert not writer.join(queued, [posted(4)])  # gone: nothing joins it now
+    assert told == [Appended(A, 0, 3)]
+    assert writer.statistics().appends == 2
+    meta = store.meta(A)
+    assert meta is not None and meta.messages == 4

@@ -9,6 +9,9 @@
 # actor hands a batch to the writer and takes the next in while it is
 # committed (up to POSTS_IN_FLIGHT posts), each answered when its commit is;
 # every other input of the channel waits until the posts before it are stored.
+# Posts that come while the channel's last batch still waits for the writer
+# to take it join that batch, so a channel's posts go in one append whenever
+# the writer is behind, and one by one, at once, when it is not.
 # While the actor waits for input with nothing of its channel queued, posts
 # skip the inbox: the sender's task hands them to the writer itself
 # (`post_now`), with the actor's state, as the actor would have; a post costs
@@ -58,7 +61,7 @@ from eva.live.inputs import (
 )
 from eva.live.prompt_tail import PromptTail
 from eva.live.turns import Turns
-from eva.live.writer import Writer
+from eva.live.writer import Queued, Writer
 from eva.memory.compress import CompressStats, compress, run_cutoff
 from eva.memory.forget import StreamErased, erase_in_stream
 from eva.memory.publish import LineSizes, publish
@@ -181,7 +184,9 @@ class _InFlight:
     requests: list[Request]
     posts: list[Post]
     indexes: list[int | None]  # None: stored before
+    events: list[AnyEvent]  # what stores the new ones
     end: int  # the index after its last new post
+    queued: Queued | None = None  # its append, which later posts may join
     answered: bool = False  # stored or refused
     _waiter: trio.Event | None = None
 
@@ -469,18 +474,16 @@ class ChannelActor:
         posts = [request.item for request in batch if isinstance(request.item, Post)]
         if self._refused or any(post.message_id in self._in_flight_ids for post in posts):
             await self._settle_posts()
-        taken = self._take_off(batch, posts)
-        if taken is None:
-            return
-        flight, events = taken
-        try:
-            await self.shared.writer.append_later(
-                self.stream, events, lambda outcome: self._landed(flight, events, outcome)
-            )
-        except Exception as error:  # not queued: the writer is closing
-            self._land(flight)
-            self._failed_posts(batch, error)
-            return
+        flight = self._take_off(batch, posts)
+        if flight is not None:
+            try:
+                flight.queued = await self.shared.writer.append_later(
+                    self.stream, flight.events, lambda outcome: self._landed(flight, outcome)
+                )
+            except Exception as error:  # not queued: the writer is closing
+                self._land(flight)
+                self._failed_posts(batch, error)
+                return
         while self._posts_in_flight >= POSTS_IN_FLIGHT:
             await self._in_flight[0].wait_answered()
 
@@ -505,22 +508,21 @@ class ChannelActor:
             or any(post.message_id in self._in_flight_ids for post in posts)
         ):
             return False
-        taken = self._take_off(batch, posts)
-        if taken is None:
-            return True  # answered already
-        flight, events = taken
-        if self.shared.writer.append_later_nowait(
-            self.stream, events, lambda outcome: self._landed(flight, events, outcome)
-        ):
-            return True
-        self._land(flight)  # the writer is full: back out, and wait in the inbox
-        return False
+        flight = self._take_off(batch, posts)
+        if flight is None:
+            return True  # answered already, or joined the last batch
+        flight.queued = self.shared.writer.append_later_nowait(
+            self.stream, flight.events, lambda outcome: self._landed(flight, outcome)
+        )
+        if flight.queued is None:
+            self._land(flight)  # the writer is full: back out, and wait in the inbox
+            return False
+        return True
 
-    def _take_off(
-        self, batch: list[Request], posts: list[Post]
-    ) -> tuple[_InFlight, list[AnyEvent]] | None:
-        """Give the posts their indexes and put them in flight, with the events to append;
-        None when there is nothing to append (each is answered already)."""
+    def _take_off(self, batch: list[Request], posts: list[Post]) -> _InFlight | None:
+        """Give the posts their indexes and put them in flight: a new batch, for the
+        caller to queue its events, or None when there is nothing to queue (each is
+        answered already, or they joined the last batch, still waiting for the writer)."""
         try:
             indexes, events = self._new_posts(posts)
         except Exception as error:  # a store that cannot be read must not stop the channel
@@ -531,17 +533,26 @@ class ChannelActor:
                 request.reply(index)
             return None
         self._touch(max(post.at_ms for post in posts))
-        flight = _InFlight(batch, posts, indexes, max(i for i in indexes if i is not None) + 1)
-        self._in_flight.append(flight)
+        end = max(i for i in indexes if i is not None) + 1
         self._posts_in_flight += len(batch)
         for post, index in zip(posts, indexes, strict=True):
             if index is not None:
                 self._in_flight_ids[post.message_id] = index
-        return flight, events
+        last = self._in_flight[-1] if self._in_flight else None
+        if last is not None and last.queued is not None and self.shared.writer.join(
+            last.queued, events
+        ):
+            last.requests.extend(batch)
+            last.posts.extend(posts)
+            last.indexes.extend(indexes)
+            last.events.extend(events)
+            last.end = end
+            return None
+        flight = _InFlight(list(batch), posts, indexes, events, end)  # the sender's list stays
+        self._in_flight.append(flight)
+        return flight
 
-    def _landed(
-        self, flight: _InFlight, events: list[AnyEvent], outcome: Appended | BaseException
-    ) -> None:
+    def _landed(self, flight: _InFlight, outcome: Appended | BaseException) -> None:
         """A batch's commit is answered (called by the writer, in commit order)."""
         self._land(flight)
         if isinstance(outcome, Rejected):  # one of them does not fit: one by one, so only it fails
@@ -553,10 +564,12 @@ class ChannelActor:
             return
         meta: StreamMeta | None = None
         try:
-            meta = self._stored(flight.posts, flight.indexes, events)
+            meta = self._stored(flight.posts, flight.indexes, flight.events)
         except Exception:  # they are stored: they are answered so; the tail is read again
             self.shared.crashes += 1
-            log.exception("channel %s failed after storing %d posts", self.stream, len(events))
+            log.exception(
+                "channel %s failed after storing %d posts", self.stream, len(flight.events)
+            )
             self.tail.forget()
             self.unleafed.clear()
         for request, index in zip(flight.requests, flight.indexes, strict=True):

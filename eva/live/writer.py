@@ -63,6 +63,12 @@ class _Request:
     done: trio.Event | None = None  # for a sender that waits (`append`)
     result: Appended | Rejected | None = None
     error: BaseException | None = None
+    grouped: bool = False  # taken into a group: its events are final
+
+
+Queued = _Request
+"""An append queued with `Writer.append_later`, which more events may join (`Writer.join`)
+until it is taken into a group."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +131,7 @@ class Writer:
 
     async def append_later(
         self, stream: StreamId, events: Sequence[AnyEvent], on_done: OnDone
-    ) -> None:
+    ) -> Queued:
         """Queue an urgent append and return before it is stored; it waits only for room.
 
         `on_done` is called once, when the commit that holds it is answered
@@ -134,16 +140,28 @@ class Writer:
         their commits, so a sender's appends end in the order it queued them.
         `on_done` must not await, and what it raises is logged and dropped.
         """
-        await self._put(_Request(Batch(stream, list(events)), on_done=on_done))
+        request = _Request(Batch(stream, list(events)), on_done=on_done)
+        await self._put(request)
+        return request
 
     def append_later_nowait(
         self, stream: StreamId, events: Sequence[AnyEvent], on_done: OnDone
-    ) -> bool:
-        """`append_later` if there is room now; False, with nothing queued, if not."""
+    ) -> Queued | None:
+        """`append_later` if there is room now; None, with nothing queued, if not."""
+        request = _Request(Batch(stream, list(events)), on_done=on_done)
         try:
-            self._send.send_nowait(_Request(Batch(stream, list(events)), on_done=on_done))
+            self._send.send_nowait(request)
         except trio.WouldBlock:
+            return None
+        return request
+
+    def join(self, queued: Queued, events: Sequence[AnyEvent]) -> bool:
+        """Add `events` to an append still waiting for a group, to be stored with it, all
+        or nothing; False, with nothing done, once it has gone into one."""
+        if queued.grouped:
             return False
+        batch = queued.batch
+        queued.batch = Batch(batch.stream, [*batch.events, *events])
         return True
 
     async def _put(self, request: _Request) -> None:
@@ -212,6 +230,8 @@ class Writer:
             request = background.popleft()
             group.append(request)
             events += len(request.batch.events)
+        for request in group:
+            request.grouped = True
         return group
 
     async def _commit(self, group: list[_Request]) -> None:
