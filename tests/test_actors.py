@@ -11,6 +11,7 @@ the loop busy until the writer has them back: commits take no mock time, and
 
 from __future__ import annotations
 
+import gc
 import itertools
 import logging
 import random
@@ -32,7 +33,7 @@ from eva.core.projection import Rejected, rendered_size
 from eva.core.settings import KIB, MINUTE_MS, LiveSettings, MemorySettings
 from eva.core.summarize import OfflineSummarizer, Summarizer, Summary, Task
 from eva.core.timing import compression_due
-from eva.live.actor import POST_BATCH, POSTS_IN_FLIGHT, Request
+from eva.live.actor import POST_BATCH, POSTS_IN_FLIGHT, Request, _InFlight
 from eva.live.inputs import Delete, Edit, GetPrompt, Post, Recall, RecordTool, Zoom
 from eva.live.supervisor import Supervisor, open_supervisor
 from eva.live.writer import Writer
@@ -834,3 +835,25 @@ async def test_posts_skip_the_inbox_only_when_nothing_of_the_channel_is_ahead(
     assert [e.message_id for e in posted(store, STREAM)] == [
         message(STREAM, n).message_id for n in range(2)
     ]
+
+
+async def test_stored_posts_leave_no_cycles_for_the_collector(
+    tmp_path: Path, autojump_clock: Any
+) -> None:
+    """What a post leaves behind is freed when its answer is taken: a cycle would wait
+    for a full collection, which stops the loop for as long as it takes."""
+    store = fresh_store(tmp_path)
+    async with running(store) as supervisor:
+        assert await supervisor.ask(STREAM, message(STREAM, 0)) == 0
+        await settle()
+        gc.collect()
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        try:
+            for number in range(1, 20):
+                assert await supervisor.ask(STREAM, message(STREAM, number)) == number
+            gc.collect()
+            left = [kind for kind in map(type, gc.garbage) if kind in (_InFlight, Request)]
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+    assert left == []

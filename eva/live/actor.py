@@ -588,6 +588,7 @@ class ChannelActor:
 
     def _land(self, flight: _InFlight) -> None:
         """Take a batch out of flight."""
+        flight.queued = None  # its append's callback holds it: no cycle left for the collector
         self._in_flight.remove(flight)  # the oldest, but for a batch never queued
         self._posts_in_flight -= len(flight.requests)
         for post, index in zip(flight.posts, flight.indexes, strict=True):

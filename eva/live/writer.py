@@ -293,6 +293,7 @@ class Writer:
             request.error = error
             if request.on_done is not None:
                 _tell(request.on_done, error)
+                request.on_done = None
             if request.done is not None:
                 request.done.set()
 
@@ -307,6 +308,7 @@ class Writer:
                 request.on_stored()
             if request.on_done is not None:
                 _tell(request.on_done, result)
+                request.on_done = None  # a sender's callback may hold the request: no cycle
             if request.done is not None:
                 request.done.set()
 
