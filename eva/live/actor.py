@@ -85,12 +85,11 @@ READ_INPUTS = (GetPrompt, Zoom, Recall, DateOf, RecordTool, RecordReply)
 POST_BATCH = 256
 """Most posts stored in one commit when they queue up for one channel."""
 
-POSTS_IN_FLIGHT = POST_BATCH
-"""A channel's posts handed to the writer and not stored yet: the actor takes the next
-batch in while earlier ones are committed until this many wait. Small batches (many
-channels, each with a message now and then) go one after the other; a channel in a
-burst has one full batch in flight, so the commits its burst makes never crowd out
-a reply."""
+POSTS_IN_FLIGHT = 64
+"""A channel hands posts to the writer while fewer than this many of its posts wait for
+their commit. Many channels with a message now and then each send theirs at once; a
+channel in a burst has about a batch in flight, the rest waiting in its inbox and its
+sender's lane, so a flood slows its sender down instead of piling up in commits."""
 
 
 @dataclass(slots=True)
