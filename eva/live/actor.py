@@ -621,7 +621,7 @@ class ChannelActor:
             ]
         next_index = max([meta.messages if meta is not None else 0]
                          + [index + 1 for index in stored if index is not None]
-                         + [flight.end for flight in self._in_flight])
+                         + [self._in_flight[-1].end if self._in_flight else 0])
         seen: set[int] = set()
         places: list[_Place | None] = []
         for post, stored_at in zip(posts, stored, strict=True):

@@ -104,7 +104,7 @@ class Supervisor:
         """
         await trio.lowlevel.checkpoint_if_cancelled()
         requests = [Request(item) for item in items]
-        if requests and self._actor(stream).post_now(requests):  # nothing ahead: no inbox
+        if self.post_now(stream, requests):  # nothing of the channel ahead: no inbox
             return requests
         for request in requests:
             item = request.item

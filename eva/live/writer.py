@@ -291,11 +291,7 @@ class Writer:
         """Answer every sender with the error; the writer carries on."""
         for request in group:
             request.error = error
-            if request.on_done is not None:
-                _tell(request.on_done, error)
-                request.on_done = None
-            if request.done is not None:
-                request.done.set()
+            _finish(request, error)
 
     def _answer(self, group: list[_Request], results: list[Appended | Rejected]) -> None:
         self._commits += 1
@@ -306,22 +302,24 @@ class Writer:
             request.result = result
             if request.on_stored is not None and not isinstance(result, Rejected):
                 request.on_stored()
-            if request.on_done is not None:
-                _tell(request.on_done, result)
-                request.on_done = None  # a sender's callback may hold the request: no cycle
-            if request.done is not None:
-                request.done.set()
+            _finish(request, result)
 
     def close(self) -> None:
         """No more appends; `run` returns once the queued ones are committed."""
         self._send.close()
 
 
-def _tell(on_done: OnDone, outcome: Appended | BaseException) -> None:
-    try:
-        on_done(outcome)
-    except Exception:  # the sender's fault: the writer and the other senders carry on
-        log.exception("an append's on_done failed")
+def _finish(request: _Request, outcome: Appended | BaseException) -> None:
+    """Tell the sender how its append ended: its callback, or the event it waits on."""
+    on_done = request.on_done
+    if on_done is not None:
+        request.on_done = None  # a sender's callback may hold the request: no cycle
+        try:
+            on_done(outcome)
+        except Exception:  # the sender's fault: the writer and the other senders carry on
+            log.exception("an append's on_done failed")
+    if request.done is not None:
+        request.done.set()
 
 
 @asynccontextmanager
