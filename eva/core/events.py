@@ -15,7 +15,9 @@ from typing import Literal, TypeAlias
 import msgspec
 
 
-class Event(msgspec.Struct, frozen=True, kw_only=True, array_like=True, tag_field="type"):
+class Event(
+    msgspec.Struct, frozen=True, kw_only=True, array_like=True, tag_field="type", gc=False
+):
     """Base of every event.
 
     Each event declares `at_ms` (when it happened, UTC milliseconds) as its own
@@ -72,7 +74,7 @@ class MessageDeleted(Event, frozen=True, tag="message.deleted"):
 LineHow: TypeAlias = Literal["verbatim", "glue", "model"]
 
 
-class Usage(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
+class Usage(msgspec.Struct, frozen=True, kw_only=True, array_like=True, gc=False):
     """Token usage of the model call that made a line."""
 
     input_tokens: int = 0

@@ -9,7 +9,7 @@ from __future__ import annotations
 import msgspec
 
 
-class StreamMeta(msgspec.Struct, array_like=True):
+class StreamMeta(msgspec.Struct, array_like=True, gc=False):
     """Where a stream's projections stand: the position reached and its counts."""
 
     guild_id: int
@@ -36,7 +36,7 @@ class StreamMeta(msgspec.Struct, array_like=True):
     replies: int = 0  # replies Eva wrote in this channel in `reply_month`
 
 
-class MessageSlot(msgspec.Struct, array_like=True):
+class MessageSlot(msgspec.Struct, array_like=True, gc=False):
     """A message by index: the event that posted it and the one holding its text now."""
 
     posted_seq: int
@@ -45,7 +45,7 @@ class MessageSlot(msgspec.Struct, array_like=True):
     size: int = 0  # bytes of the rendered message (its leaf text if it fits); 0 once deleted
 
 
-class LineSlot(msgspec.Struct, array_like=True):
+class LineSlot(msgspec.Struct, array_like=True, gc=False):
     """A line by address: the line.written event that holds its text now."""
 
     seq: int

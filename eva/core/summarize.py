@@ -33,7 +33,7 @@ _OTHER_BREAK = re.compile("[\r\v\f\x1c\x1d\x1e\x85\u2028\u2029]")
 _NAME_MOST = 80
 
 
-class LeafTask(msgspec.Struct, frozen=True, kw_only=True):
+class LeafTask(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """Compress one message too long to be its own leaf; `text` is its rendered form."""
 
     address: Address
@@ -41,7 +41,7 @@ class LeafTask(msgspec.Struct, frozen=True, kw_only=True):
     text: str
 
 
-class MergeTask(msgspec.Struct, frozen=True, kw_only=True):
+class MergeTask(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """Merge two sibling lines into their parent, reading only those two lines."""
 
     address: Address
@@ -52,7 +52,7 @@ class MergeTask(msgspec.Struct, frozen=True, kw_only=True):
 Task: TypeAlias = LeafTask | MergeTask
 
 
-class Summary(msgspec.Struct, frozen=True, kw_only=True):
+class Summary(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """The text a summarizer wrote for a task's address, and what it cost."""
 
     address: Address

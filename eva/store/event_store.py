@@ -11,6 +11,8 @@ import threading
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
+import msgspec
+
 from eva.core import keys
 from eva.core.events import (
     AnyEvent,
@@ -46,8 +48,7 @@ class Appended:
     count: int
 
 
-@dataclass(frozen=True, slots=True)
-class StoredMessage:
+class StoredMessage(msgspec.Struct, frozen=True, gc=False):
     """A message as it reads now: the posted event with its latest text."""
 
     posted: MessagePosted
