@@ -16,7 +16,12 @@ import trio.testing
 from eva.core.events import AnyEvent, LineWritten, MessagePosted
 from eva.core.keys import StreamId
 from eva.core.projection import Rejected
-from eva.live.writer import open_writer
+from eva.live.writer import (
+    BACKGROUND_EVENTS_ALONE,
+    BACKGROUND_PATIENCE,
+    MAX_GROUP,
+    open_writer,
+)
 from eva.store.event_store import Appended, EventStore
 from eva.store.lmdb_kv import open_backend
 
@@ -83,16 +88,17 @@ def leaves(start: int, count: int) -> list[LineWritten]:
 
 
 @pytest.mark.parametrize("process", [False, True], ids=["thread", "write process"])
-async def test_people_go_first_and_lines_wait_a_few_commits(
+async def test_people_go_first_and_lines_go_in_short_commits_of_their_own(
     tmp_path: Path, process: bool
 ) -> None:
-    """Queued behind thousands of lines, a post lands in the next commit; the lines go
-    about 256 at a time beside it, and about 1,024 at a time in groups of their own."""
+    """Queued behind thousands of lines, a post lands in the next commit, alone; then
+    the lines go in groups of their own of about BACKGROUND_EVENTS_ALONE events (the
+    first append of a group goes whole)."""
     store = store_in(tmp_path)
     landed: list[tuple[str, int]] = []  # (what, the commit it landed in)
 
     async with open_writer(store, process=process) as writer:
-        await writer.append(A, [posted(i) for i in range(2400)])
+        await writer.append(A, [posted(i) for i in range(2412)])
 
         async def send(
             what: str, stream: StreamId, events: list[AnyEvent], background: bool
@@ -109,35 +115,53 @@ async def test_people_go_first_and_lines_wait_a_few_commits(
                 lines = leaves(number * 300, 300)
                 nursery.start_soon(send, f"lines {number}", A, lines, True)
                 await trio.testing.wait_all_tasks_blocked()
+            for number in range(12):
+                lines = leaves(2400 + number, 1)
+                nursery.start_soon(send, f"line {number}", A, lines, True)
+                await trio.testing.wait_all_tasks_blocked()
             nursery.start_soon(send, "post", B, [posted(0)], False)
             await trio.testing.wait_all_tasks_blocked()
     commit = {what: number - start for what, number in landed}
-    # The post was queued last and lands first, with one 300-line append (the first
-    # goes whole); then lines alone, until a group passes 1,024 of them.
-    assert commit == {"post": 1, "lines 0": 1} | {f"lines {n}": 2 for n in (1, 2, 3, 4)} | {
-        f"lines {n}": 3 for n in (5, 6, 7)
-    }
+    assert commit["post"] == 1
+    assert [commit[f"lines {n}"] for n in range(8)] == list(range(2, 10))
+    assert BACKGROUND_EVENTS_ALONE < 300
+    # Short appends share a commit, up to the limit.
+    assert {commit[f"line {n}"] for n in range(12)} == {10}
     meta = store.meta(A)
-    assert meta is not None and meta.lines == 2400
+    assert meta is not None and meta.lines == 2412
 
 
-async def test_lines_move_on_with_every_commit_however_many_posts_wait(tmp_path: Path) -> None:
+async def test_lines_go_along_once_enough_groups_of_posts_passed_them_over(
+    tmp_path: Path,
+) -> None:
     store = store_in(tmp_path)
+    line_commit: list[int] = []
     async with open_writer(store) as writer:
         await writer.append(A, [posted(0)])
-        async with trio.open_nursery() as nursery, writer.paused():
-            nursery.start_soon(
-                lambda: writer.append(A, leaves(0, 1), background=True)
+        start = writer.statistics().commits
+
+        async def line() -> None:
+            await writer.append(
+                A, leaves(0, 1), lambda: line_commit.append(writer.statistics().commits),
+                background=True,
             )
+
+        async def post(number: int) -> None:
+            await writer.append(StreamId(2, number), [posted(0)])
+
+        async with trio.open_nursery() as nursery, writer.paused():
+            nursery.start_soon(line)
             await trio.testing.wait_all_tasks_blocked()
-            for number in range(700):  # more than a group takes of them
-                nursery.start_soon(writer.append, StreamId(2, number), [posted(0)])
+            # More groups of posts than the line lets pass it over.
+            for number in range((BACKGROUND_PATIENCE + 2) * MAX_GROUP):
+                nursery.start_soon(post, number)
             await trio.testing.wait_all_tasks_blocked()
-            before = writer.statistics().commits
-            # The line went with the first group after the pause, among 512 posts.
         stats = writer.statistics()
-    assert stats.commits - before == 2
-    assert stats.largest_group == 513
+    # The line rode along with the group after the groups that passed it over,
+    # while posts still waited for later groups.
+    assert line_commit == [start + BACKGROUND_PATIENCE + 1]
+    assert stats.commits - start > BACKGROUND_PATIENCE + 1
+    assert stats.largest_group == MAX_GROUP + 1
     meta = store.meta(A)
     assert meta is not None and meta.lines == 1
 

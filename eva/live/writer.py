@@ -13,11 +13,12 @@
 #
 # Appends are of two kinds. What people did (posts, edits, deletions), rows
 # and the records of Eva's own calls are urgent; the lines compression writes
-# are background. Every group takes all the urgent appends waiting, and
-# background ones up to about BACKGROUND_EVENTS events (BACKGROUND_EVENTS_ALONE
-# when nothing urgent waits), so a commit stays short and a post never waits
-# behind thousands of lines, while background work still moves on with every
-# commit.
+# are background. Every group takes all the urgent appends waiting. Lines go
+# in groups of their own when nothing urgent waits, about
+# BACKGROUND_EVENTS_ALONE events at a time, so a post never waits behind more
+# than a short commit of lines. Under a feed that never lets up, lines passed
+# over by BACKGROUND_PATIENCE groups ride along with the next one, about
+# BACKGROUND_EVENTS of them, so background work is never starved.
 from __future__ import annotations
 
 import logging
@@ -41,10 +42,12 @@ log = logging.getLogger(__name__)
 MAX_GROUP = 512
 """Urgent appends a group takes at most."""
 BACKGROUND_EVENTS = 256
-"""Background events a group takes once it holds one background append (the first one
-goes whole, however long)."""
-BACKGROUND_EVENTS_ALONE = 1024
-"""Background events a group of nothing else takes."""
+"""Background events that ride along with urgent appends once they have waited long
+(the first append goes whole, however long)."""
+BACKGROUND_EVENTS_ALONE = 128
+"""Background events a group of nothing else takes (the first append goes whole)."""
+BACKGROUND_PATIENCE = 8
+"""Groups of urgent appends that may pass background ones over before some go along."""
 IN_FLIGHT = 2
 """Groups handed to a write process at once: it commits the next while this one is answered."""
 
@@ -99,6 +102,7 @@ class Writer:
         self._appends = 0
         self._events = 0
         self._largest = 0
+        self._passed_over = 0  # groups in a row that left background appends waiting
         self._paused = trio.Lock()
         self._in_flight = trio.Semaphore(IN_FLIGHT)
 
@@ -215,8 +219,9 @@ class Writer:
         (self._background if request.background else self._urgent).append(request)
 
     def _next_group(self) -> list[_Request]:
-        """Every urgent append waiting (up to MAX_GROUP), then background ones up to
-        BACKGROUND_EVENTS, or BACKGROUND_EVENTS_ALONE if there is no urgent one."""
+        """Every urgent append waiting (up to MAX_GROUP); with none, background ones up
+        to BACKGROUND_EVENTS_ALONE; with some, background ones up to BACKGROUND_EVENTS
+        only once BACKGROUND_PATIENCE groups have passed them over."""
         while True:
             try:
                 self._queue(self._receive.receive_nowait())
@@ -225,8 +230,15 @@ class Writer:
         urgent, background = self._urgent, self._background
         group = [urgent.popleft() for _ in range(min(len(urgent), MAX_GROUP))]
         events = 0
-        budget = BACKGROUND_EVENTS if group else BACKGROUND_EVENTS_ALONE
-        while background and events < budget:  # never starved by urgent ones
+        if not group:
+            budget = BACKGROUND_EVENTS_ALONE
+        elif self._passed_over >= BACKGROUND_PATIENCE:
+            budget = BACKGROUND_EVENTS
+        else:
+            budget = 0
+        if background:
+            self._passed_over = self._passed_over + 1 if budget == 0 else 0
+        while background and events < budget:
             request = background.popleft()
             group.append(request)
             events += len(request.batch.events)
