@@ -6,6 +6,7 @@ does while serving.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from eva.core.keys import StreamId
 from eva.core.projection import Rejected
 from eva.live.writer import (
     BACKGROUND_EVENTS_ALONE,
+    BACKGROUND_EVENTS_QUIET,
     BACKGROUND_PATIENCE,
     MAX_GROUP,
     open_writer,
@@ -91,13 +93,13 @@ def leaves(start: int, count: int) -> list[LineWritten]:
 async def test_people_go_first_and_lines_go_in_short_commits_of_their_own(
     tmp_path: Path, process: bool
 ) -> None:
-    """Queued behind thousands of lines, a post lands in the next commit, alone; then
-    the lines go in groups of their own of about BACKGROUND_EVENTS_ALONE events (the
-    first append of a group goes whole)."""
+    """Queued behind thousands of lines, a post lands in the next commit, alone; then,
+    while people post, the lines go in groups of their own of about
+    BACKGROUND_EVENTS_ALONE events (the first append of a group goes whole)."""
     store = store_in(tmp_path)
     landed: list[tuple[str, int]] = []  # (what, the commit it landed in)
 
-    async with open_writer(store, process=process) as writer:
+    async with open_writer(store, process=process, quiet_after_s=math.inf) as writer:
         await writer.append(A, [posted(i) for i in range(2412)])
 
         async def send(
@@ -129,6 +131,29 @@ async def test_people_go_first_and_lines_go_in_short_commits_of_their_own(
     assert {commit[f"line {n}"] for n in range(12)} == {10}
     meta = store.meta(A)
     assert meta is not None and meta.lines == 2412
+
+
+async def test_lines_go_in_long_commits_once_nobody_posts(tmp_path: Path) -> None:
+    store = store_in(tmp_path)
+    landed: dict[int, int] = {}  # append number -> the commit it landed in
+    async with open_writer(store, quiet_after_s=0.005) as writer:
+        await writer.append(A, [posted(i) for i in range(2400)])
+        start = writer.statistics().commits
+
+        async def send(number: int) -> None:
+            def stored() -> None:
+                landed[number] = writer.statistics().commits - start
+
+            await writer.append(A, leaves(number * 300, 300), stored, background=True)
+
+        await trio.sleep(0.01)  # longer ago than quiet_after_s: nobody posts now
+        async with trio.open_nursery() as nursery, writer.paused():
+            for number in range(8):
+                nursery.start_soon(send, number)
+                await trio.testing.wait_all_tasks_blocked()
+    # About BACKGROUND_EVENTS_QUIET at a time: the group that passes it ends.
+    assert BACKGROUND_EVENTS_QUIET == 1024
+    assert landed == {0: 1, 1: 1, 2: 1, 3: 1, 4: 2, 5: 2, 6: 2, 7: 2}
 
 
 async def test_lines_go_along_once_enough_groups_of_posts_passed_them_over(

@@ -14,11 +14,13 @@
 # Appends are of two kinds. What people did (posts, edits, deletions), rows
 # and the records of Eva's own calls are urgent; the lines compression writes
 # are background. Every group takes all the urgent appends waiting. Lines go
-# in groups of their own when nothing urgent waits, about
-# BACKGROUND_EVENTS_ALONE events at a time, so a post never waits behind more
-# than a short commit of lines. Under a feed that never lets up, lines passed
-# over by BACKGROUND_PATIENCE groups ride along with the next one, about
-# BACKGROUND_EVENTS of them, so background work is never starved.
+# in groups of their own when nothing urgent waits: about
+# BACKGROUND_EVENTS_ALONE events at a time while people post, so a post never
+# waits behind more than a short commit of lines, and about
+# BACKGROUND_EVENTS_QUIET once nobody has for QUIET_AFTER_S, since a commit's
+# cost is mostly its own and not its events'. Under a feed that never lets up,
+# lines passed over by BACKGROUND_PATIENCE groups ride along with the next one,
+# about BACKGROUND_EVENTS of them, so background work is never starved.
 from __future__ import annotations
 
 import logging
@@ -45,7 +47,13 @@ BACKGROUND_EVENTS = 256
 """Background events that ride along with urgent appends once they have waited long
 (the first append goes whole, however long)."""
 BACKGROUND_EVENTS_ALONE = 128
-"""Background events a group of nothing else takes (the first append goes whole)."""
+"""Background events a group of nothing else takes while people post (the first append
+goes whole)."""
+BACKGROUND_EVENTS_QUIET = 1024
+"""Background events a group of nothing else takes once no urgent append came for
+QUIET_AFTER_S."""
+QUIET_AFTER_S = 0.25
+"""Seconds without an urgent append after which the writer counts as quiet."""
 BACKGROUND_PATIENCE = 8
 """Groups of urgent appends that may pass background ones over before some go along."""
 IN_FLIGHT = 2
@@ -88,10 +96,16 @@ class Writer:
     """Appends events for any channel; `append` returns once they are durable."""
 
     def __init__(
-        self, store: EventStore, capacity: int, process: WriteProcess | None = None
+        self,
+        store: EventStore,
+        capacity: int,
+        process: WriteProcess | None = None,
+        quiet_after_s: float = QUIET_AFTER_S,
     ) -> None:
         self.store = store
         self.process = process
+        self.quiet_after_s = quiet_after_s
+        self._last_urgent = -math.inf  # when the last urgent append was taken off the channel
         self._send, self._receive = trio.open_memory_channel[_Request](capacity)
         # Taken off the channel, waiting for a group. Background appends wait here
         # longer; there are at most as many as tasks that write in the background,
@@ -216,12 +230,17 @@ class Writer:
                         await self._submit(self._next_group(), sent)
 
     def _queue(self, request: _Request) -> None:
-        (self._background if request.background else self._urgent).append(request)
+        if request.background:
+            self._background.append(request)
+        else:
+            self._urgent.append(request)
+            self._last_urgent = trio.current_time()
 
     def _next_group(self) -> list[_Request]:
         """Every urgent append waiting (up to MAX_GROUP); with none, background ones up
-        to BACKGROUND_EVENTS_ALONE; with some, background ones up to BACKGROUND_EVENTS
-        only once BACKGROUND_PATIENCE groups have passed them over."""
+        to BACKGROUND_EVENTS_ALONE (BACKGROUND_EVENTS_QUIET when no urgent one came for
+        `quiet_after_s`); with some, background ones up to BACKGROUND_EVENTS only once
+        BACKGROUND_PATIENCE groups have passed them over."""
         while True:
             try:
                 self._queue(self._receive.receive_nowait())
@@ -231,7 +250,8 @@ class Writer:
         group = [urgent.popleft() for _ in range(min(len(urgent), MAX_GROUP))]
         events = 0
         if not group:
-            budget = BACKGROUND_EVENTS_ALONE
+            quiet = trio.current_time() - self._last_urgent >= self.quiet_after_s
+            budget = BACKGROUND_EVENTS_QUIET if quiet else BACKGROUND_EVENTS_ALONE
         elif self._passed_over >= BACKGROUND_PATIENCE:
             budget = BACKGROUND_EVENTS
         else:
@@ -336,7 +356,10 @@ def _finish(request: _Request, outcome: Appended | BaseException) -> None:
 
 @asynccontextmanager
 async def open_writer(
-    store: EventStore, capacity: int = 1024, process: bool = False
+    store: EventStore,
+    capacity: int = 1024,
+    process: bool = False,
+    quiet_after_s: float = QUIET_AFTER_S,
 ) -> AsyncIterator[Writer]:
     """A running writer; on exit it commits what was queued and stops.
 
@@ -348,7 +371,7 @@ async def open_writer(
         if process and isinstance(backend, LmdbBackend)
         else None
     )
-    writer = Writer(store, capacity, child)
+    writer = Writer(store, capacity, child, quiet_after_s)
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(writer.run)
