@@ -579,10 +579,13 @@ class ChannelActor:
             self._waiting.cancel()  # idle while these were committed: it may sleep now
         if meta is None or self.stopped:
             return
-        if meta.tail_bytes > self.shared.settings.overflow_tail_bytes:
+        if (
+            meta.tail_bytes > self.shared.settings.overflow_tail_bytes
+            and meta.leaf_frontier > meta.row_frontier
+        ):
             self._overflowing = True  # the loop publishes; a publish needs awaits
             self._waiting.cancel()
-        else:
+        else:  # with no new leaf, a publish would change nothing: compression's end publishes
             self._maybe_compress(meta=meta)
 
     def _land(self, flight: _InFlight) -> None:
