@@ -819,7 +819,10 @@ async def test_posts_skip_the_inbox_only_when_nothing_of_the_channel_is_ahead(
         assert not supervisor.post_now(STREAM, requests(0, 1))  # 0 is in flight: not now
         await settle()
         assert answers == [0]
-        assert supervisor.post_now(STREAM, requests(0))  # stored before: answered at once
+        # Stored before: the channel reads no store for it, so the write process
+        # finds it, and it is answered as stored before, once.
+        assert supervisor.post_now(STREAM, requests(0))
+        await settle()
         assert answers == [0, None]
         edit = Edit(message_id=message(STREAM, 0).message_id, at_ms=1, content="fixed")
         async with supervisor.shared.writer.paused():
@@ -835,6 +838,47 @@ async def test_posts_skip_the_inbox_only_when_nothing_of_the_channel_is_ahead(
     assert [e.message_id for e in posted(store, STREAM)] == [
         message(STREAM, n).message_id for n in range(2)
     ]
+
+
+async def test_a_post_stored_before_the_channel_woke_is_found_and_stored_once(
+    tmp_path: Path, autojump_clock: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Posts handed on need no read of the store; one stored before the actor last read it
+    is refused by the write process with its batch, whose other posts still land in order."""
+    store = fresh_store(tmp_path)
+    async with running(store) as supervisor:
+        for number in range(3):
+            assert await supervisor.ask(STREAM, message(STREAM, number)) == number
+    answers: list[Any] = []
+
+    def requests(*numbers: int) -> list[Request]:
+        return [
+            Request(message(STREAM, n), on_answer=lambda r: answers.append(r.answered()))
+            for n in numbers
+        ]
+
+    store = WatchedStore(store.backend)  # a new process: every actor reads anew
+    async with running(store) as supervisor:
+        assert await supervisor.ask(STREAM, message(STREAM, 3)) == 3
+        await settle()
+        reads: list[object] = []
+        read = store.meta_and_indexes
+        monkeypatch.setattr(
+            store, "meta_and_indexes", lambda *args: reads.append(args) or read(*args)
+        )
+        assert supervisor.post_now(STREAM, requests(4, 1, 5))  # 1 was stored by another life
+        assert reads == []
+        await settle()
+        assert sorted(answers, key=lambda a: -1 if a is None else a) == [None, 4, 5]
+        assert supervisor.post_now(STREAM, requests(6, 2))
+        await settle()
+        assert supervisor.post_now(STREAM, requests(7))
+        await settle()
+    assert answers[-3:] == [6, None, 7]
+    assert [e.message_id for e in posted(store, STREAM)] == [
+        message(STREAM, n).message_id for n in range(8)
+    ]
+    assert replay_stream(store, STREAM).ok
 
 
 async def test_stored_posts_leave_no_cycles_for_the_collector(

@@ -235,6 +235,10 @@ class ChannelActor:
         self._in_flight: deque[_InFlight] = deque()  # oldest first
         self._posts_in_flight = 0
         self._in_flight_ids: dict[int, int] = {}  # message id -> index, of posts in flight
+        # The index the next new post takes, known without a read while this actor has
+        # handed on every post of its stream since it last read the store and none was
+        # refused (see `_places`).
+        self._next_index: int | None = None
         self._refused: list[Request] = []  # posts of batches refused whole: served one by one
         self._overflowing = False  # a landed batch took the tail past the overflow mark
         # Inputs sent to the inbox and not taken yet (counted by the sender), and whether
@@ -523,7 +527,7 @@ class ChannelActor:
         caller to queue its events, or None when there is nothing to queue (each is
         answered already, or they joined the last batch, still waiting for the writer)."""
         try:
-            indexes, events = self._new_posts(posts)
+            indexes, events = self._new_posts(posts, unread=True)
         except Exception as error:  # a store that cannot be read must not stop the channel
             self._failed_posts(batch, error)
             return None
@@ -532,7 +536,7 @@ class ChannelActor:
                 request.reply(index)
             return None
         self._touch(max(post.at_ms for post in posts))
-        end = max(i for i in indexes if i is not None) + 1
+        end = self._next_index = max(i for i in indexes if i is not None) + 1
         self._posts_in_flight += len(batch)
         for post, index in zip(posts, indexes, strict=True):
             if index is not None:
@@ -554,6 +558,8 @@ class ChannelActor:
     def _landed(self, flight: _InFlight, outcome: Appended | BaseException) -> None:
         """A batch's commit is answered (called by the writer, in commit order)."""
         self._land(flight)
+        if isinstance(outcome, BaseException):  # the batches behind it read the store again
+            self._next_index = None
         if isinstance(outcome, Rejected):  # one of them does not fit: one by one, so only it fails
             self._refused.extend(flight.requests)
             self._waiting.cancel()
@@ -599,6 +605,7 @@ class ChannelActor:
         flight.answer()
 
     def _failed_posts(self, requests: list[Request], error: BaseException) -> None:
+        self._next_index = None
         self.shared.crashes += 1
         log.error("channel %s failed on %d posts: %r", self.stream, len(requests), error)
         for request in requests:
@@ -612,19 +619,31 @@ class ChannelActor:
         for request in refused:
             await self._serve(request)
 
-    def _places(self, posts: Sequence[Post]) -> list[_Place | None]:
-        """Where each post is stored, or goes if stored next; None for a repeat of one before."""
-        meta, stored = self.shared.store.meta_and_indexes(
-            self.stream, [post.message_id for post in posts]
-        )
-        if self._in_flight:  # posts handed to the writer have their indexes already
-            stored = [
-                self._in_flight_ids.get(post.message_id) if at is None else at
-                for post, at in zip(posts, stored, strict=True)
-            ]
-        next_index = max([meta.messages if meta is not None else 0]
-                         + [index + 1 for index in stored if index is not None]
-                         + [self._in_flight[-1].end if self._in_flight else 0])
+    def _places(self, posts: Sequence[Post], unread: bool = False) -> list[_Place | None]:
+        """Where each post is stored, or goes if stored next; None for a repeat of one before.
+
+        With `unread`, while the next index is known (`_next_index`), the store is
+        not read: a post stored before this actor last read it is then taken for a
+        new one, and the write process refuses its batch (each is then served
+        alone, and answered as stored before). Each post in flight is still found.
+        """
+        next_known = self._next_index if unread else None
+        if next_known is not None:
+            found = self._in_flight_ids.get
+            stored: list[int | None] = [found(post.message_id) for post in posts]
+            next_index = next_known
+        else:
+            meta, stored = self.shared.store.meta_and_indexes(
+                self.stream, [post.message_id for post in posts]
+            )
+            if self._in_flight:  # posts handed to the writer have their indexes already
+                stored = [
+                    self._in_flight_ids.get(post.message_id) if at is None else at
+                    for post, at in zip(posts, stored, strict=True)
+                ]
+            next_index = max([meta.messages if meta is not None else 0]
+                             + [index + 1 for index in stored if index is not None]
+                             + [self._in_flight[-1].end if self._in_flight else 0])
         seen: set[int] = set()
         places: list[_Place | None] = []
         for post, stored_at in zip(posts, stored, strict=True):
@@ -638,11 +657,14 @@ class ChannelActor:
             seen.add(post.message_id)
         return places
 
-    def _new_posts(self, posts: list[Post]) -> tuple[list[int | None], list[AnyEvent]]:
-        """Each post's index (None if stored before), and the events that store the new."""
+    def _new_posts(
+        self, posts: list[Post], unread: bool = False
+    ) -> tuple[list[int | None], list[AnyEvent]]:
+        """Each post's index (None if stored before), and the events that store the new
+        (`unread`: see `_places`)."""
         indexes = [
             None if place is None or place.stored else place.at
-            for place in self._places(posts)
+            for place in self._places(posts, unread)
         ]
         events: list[AnyEvent] = [
             posted_event(post, index)
@@ -657,6 +679,7 @@ class ChannelActor:
         With the indexes comes the stream's record once they are stored (None if
         none was new).
         """
+        self._next_index = None  # read the store; posts to come read it again
         indexes, events = self._new_posts(posts)
         if not events:
             return indexes, None
