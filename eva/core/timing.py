@@ -38,6 +38,14 @@ def compression_cutoff(
     return max(cutoff, leaf_frontier)
 
 
+def overflow_due(meta: StreamMeta, settings: MemorySettings) -> bool:
+    """Whether the tail has passed `overflow_tail_bytes` with new leaves to publish."""
+    return (
+        meta.leaf_frontier > meta.row_frontier
+        and meta.tail_bytes > settings.overflow_tail_bytes
+    )
+
+
 def publish_reason(
     meta: StreamMeta, now_ms: int, last_input_ms: int, settings: MemorySettings
 ) -> PublishReason | None:
@@ -47,10 +55,10 @@ def publish_reason(
     chat has been quiet for `quiet_ms` since `last_input_ms`, or the tail has
     passed `overflow_tail_bytes`.
     """
+    if overflow_due(meta, settings):
+        return "overflow"
     if meta.leaf_frontier <= meta.row_frontier:
         return None
-    if meta.tail_bytes > settings.overflow_tail_bytes:
-        return "overflow"
     if now_ms - last_input_ms >= settings.quiet_ms:
         return "quiet"
     return None

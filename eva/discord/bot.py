@@ -87,7 +87,6 @@ LANE_BATCH = 256
 """Most messages of one channel submitted together."""
 
 
-
 class RunTrio(Protocol):
     """Runs a trio coroutine function from asyncio code and returns its result."""
 

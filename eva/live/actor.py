@@ -43,7 +43,7 @@ from eva.core.projection import Rejected
 from eva.core.settings import LiveSettings, MemorySettings
 from eva.core.state import StreamMeta
 from eva.core.summarize import Summarizer
-from eva.core.timing import compression_due, publish_reason
+from eva.core.timing import compression_due, overflow_due, publish_reason
 from eva.live.inputs import (
     ChannelInput,
     DateOf,
@@ -558,9 +558,8 @@ class ChannelActor:
     def _landed(self, flight: _InFlight, outcome: Appended | BaseException) -> None:
         """A batch's commit is answered (called by the writer, in commit order)."""
         self._land(flight)
-        if isinstance(outcome, BaseException):  # the batches behind it read the store again
-            self._next_index = None
         if isinstance(outcome, Rejected):  # one of them does not fit: one by one, so only it fails
+            self._next_index = None  # the batches behind it read the store again
             self._refused.extend(flight.requests)
             self._waiting.cancel()
             return
@@ -585,13 +584,10 @@ class ChannelActor:
             self._waiting.cancel()  # idle while these were committed: it may sleep now
         if meta is None or self.stopped:
             return
-        if (
-            meta.tail_bytes > self.shared.settings.overflow_tail_bytes
-            and meta.leaf_frontier > meta.row_frontier
-        ):
+        if overflow_due(meta, self.shared.settings):
             self._overflowing = True  # the loop publishes; a publish needs awaits
             self._waiting.cancel()
-        else:  # with no new leaf, a publish would change nothing: compression's end publishes
+        else:
             self._maybe_compress(meta=meta)
 
     def _land(self, flight: _InFlight) -> None:
@@ -712,7 +708,7 @@ class ChannelActor:
         meta = meta or self._meta()
         if meta is None:
             return
-        if meta.tail_bytes > self.shared.settings.overflow_tail_bytes:
+        if overflow_due(meta, self.shared.settings):
             await self._maybe_publish()
             self._maybe_compress()  # the publish moved the record on
             return

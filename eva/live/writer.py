@@ -17,10 +17,11 @@
 # in groups of their own when nothing urgent waits: about
 # BACKGROUND_EVENTS_ALONE events at a time while people post, so a post never
 # waits behind more than a short commit of lines, and about
-# BACKGROUND_EVENTS_QUIET once nobody has for QUIET_AFTER_S, since a commit's
-# cost is mostly its own and not its events'. Under a feed that never lets up,
-# lines passed over by BACKGROUND_PATIENCE groups ride along with the next one,
-# about BACKGROUND_EVENTS of them, so background work is never starved.
+# BACKGROUND_EVENTS_QUIET once no group has held an urgent one for
+# QUIET_AFTER_S, since a commit's cost is mostly its own and not its events'.
+# Under a feed that never lets up, lines passed over by BACKGROUND_PATIENCE
+# groups ride along with the next one, about BACKGROUND_EVENTS of them, so
+# background work is never starved.
 from __future__ import annotations
 
 import logging
@@ -53,7 +54,7 @@ BACKGROUND_EVENTS_QUIET = 1024
 """Background events a group of nothing else takes once no urgent append came for
 QUIET_AFTER_S."""
 QUIET_AFTER_S = 0.25
-"""Seconds without an urgent append after which the writer counts as quiet."""
+"""Seconds since a group last held an urgent append after which the writer counts as quiet."""
 BACKGROUND_PATIENCE = 8
 """Groups of urgent appends that may pass background ones over before some go along."""
 IN_FLIGHT = 2
@@ -105,7 +106,7 @@ class Writer:
         self.store = store
         self.process = process
         self.quiet_after_s = quiet_after_s
-        self._last_urgent = -math.inf  # when the last urgent append was taken off the channel
+        self._last_urgent = -math.inf  # when a group last took urgent appends
         self._send, self._receive = trio.open_memory_channel[_Request](capacity)
         # Taken off the channel, waiting for a group. Background appends wait here
         # longer; there are at most as many as tasks that write in the background,
@@ -167,11 +168,7 @@ class Writer:
     ) -> Queued | None:
         """`append_later` if there is room now; None, with nothing queued, if not."""
         request = _Request(Batch(stream, list(events)), on_done=on_done)
-        try:
-            self._send.send_nowait(request)
-        except trio.WouldBlock:
-            return None
-        return request
+        return request if self._put_nowait(request) else None
 
     def join(self, queued: Queued, events: Sequence[AnyEvent]) -> bool:
         """Add `events` to an append still waiting for a group, to be stored with it, all
@@ -183,10 +180,16 @@ class Writer:
         return True
 
     async def _put(self, request: _Request) -> None:
-        try:  # no turn of the scheduler to queue it while there is room: the wait is one
+        # No turn of the scheduler to queue it while there is room: the wait is one.
+        if not self._put_nowait(request):
+            await self._send.send(request)
+
+    def _put_nowait(self, request: _Request) -> bool:
+        try:
             self._send.send_nowait(request)
         except trio.WouldBlock:
-            await self._send.send(request)
+            return False
+        return True
 
     def statistics(self) -> WriterStatistics:
         return WriterStatistics(self._commits, self._appends, self._events, self._largest)
@@ -230,15 +233,11 @@ class Writer:
                         await self._submit(self._next_group(), sent)
 
     def _queue(self, request: _Request) -> None:
-        if request.background:
-            self._background.append(request)
-        else:
-            self._urgent.append(request)
-            self._last_urgent = trio.current_time()
+        (self._background if request.background else self._urgent).append(request)
 
     def _next_group(self) -> list[_Request]:
         """Every urgent append waiting (up to MAX_GROUP); with none, background ones up
-        to BACKGROUND_EVENTS_ALONE (BACKGROUND_EVENTS_QUIET when no urgent one came for
+        to BACKGROUND_EVENTS_ALONE (BACKGROUND_EVENTS_QUIET when no group held one for
         `quiet_after_s`); with some, background ones up to BACKGROUND_EVENTS only once
         BACKGROUND_PATIENCE groups have passed them over."""
         while True:
@@ -249,13 +248,13 @@ class Writer:
         urgent, background = self._urgent, self._background
         group = [urgent.popleft() for _ in range(min(len(urgent), MAX_GROUP))]
         events = 0
+        now = trio.current_time()
         if not group:
-            quiet = trio.current_time() - self._last_urgent >= self.quiet_after_s
+            quiet = now - self._last_urgent >= self.quiet_after_s
             budget = BACKGROUND_EVENTS_QUIET if quiet else BACKGROUND_EVENTS_ALONE
-        elif self._passed_over >= BACKGROUND_PATIENCE:
-            budget = BACKGROUND_EVENTS
         else:
-            budget = 0
+            self._last_urgent = now
+            budget = BACKGROUND_EVENTS if self._passed_over >= BACKGROUND_PATIENCE else 0
         if background:
             self._passed_over = self._passed_over + 1 if budget == 0 else 0
         while background and events < budget:
