@@ -213,11 +213,17 @@ class Projector:
         """Apply messages posted one after the other, stored from `first_seq` on.
 
         The same as applying each in turn, with the same errors, at a fraction of the
-        cost: a run of posts is most of what any stream holds.
+        cost: a run of posts is most of what any stream holds. A run of one (the
+        common batch while many channels are busy) goes the way `apply` takes, which
+        builds no lists for it.
         """
         meta = self.meta(stream)
         count, first_index = len(events), meta.messages
         if not count:
+            return
+        if count == 1 and first_seq == meta.position:
+            self._posted(stream, meta, first_seq, events[0])
+            meta.position = first_seq + 1
             return
         ids = [event.message_id for event in events]
         in_range = min(ids) >= 0 and max(ids) <= keys.MAX_U64

@@ -80,7 +80,12 @@ def write_batch(
     if stored is None:
         stored = stored_events(batch)
     count = len(stored)
-    tables.put_many("events", zip(keys.event_keys(batch.stream, first, count), stored, strict=True))
+    if count == 1:  # a batch of one is the most common: no cursor, no key list
+        tables.put("events", keys.event_key(batch.stream, first), stored[0])
+    else:
+        tables.put_many(
+            "events", zip(keys.event_keys(batch.stream, first, count), stored, strict=True)
+        )
     projector.apply_all(batch.stream, first, batch.events)
     return Appended(batch.stream, first, count)
 
