@@ -33,6 +33,7 @@ from eva.core.keys import StreamId
 from eva.core.projection import INDEX_CHUNK, Rejected, Tables, indexed_upto
 from eva.core.recall_search import search
 from eva.core.render import LINE_LIMIT_BYTES
+from eva.core.state import decode_meta
 from eva.store import lmdb_kv
 from eva.store import replay as replay_module
 from eva.store.event_store import READ_CHUNK, Appended, Batch, EventStore
@@ -98,6 +99,21 @@ class StoreContract:
         meta = store.meta(A)
         assert meta is not None
         assert (meta.position, meta.messages) == (6, 5)
+
+    def test_each_append_carries_the_record_as_its_batch_left_it(self, store: EventStore) -> None:
+        first, second, other = store.append_many(
+            [Batch(A, [posted(0), posted(1)]), Batch(A, [posted(2)]), Batch(B, [posted(0)])]
+        )
+        assert isinstance(first, Appended) and isinstance(second, Appended)
+        assert isinstance(other, Appended)
+        records = [decode_meta(r.meta) for r in (first, second, other) if r.meta is not None]
+        assert [(m.channel_id, m.position, m.messages) for m in records] == [
+            (A.channel_id, 2, 2),
+            (A.channel_id, 3, 3),
+            (B.channel_id, 1, 1),
+        ]
+        assert records[1] == store.meta(A), "the last batch's record is the one stored"
+        assert records[2] == store.meta(B)
 
     def test_events_read_back_equal(self, store: EventStore) -> None:
         events: list[AnyEvent] = [

@@ -104,7 +104,11 @@ async def test_the_write_process_commits_as_the_store_does(tmp_path: Path) -> No
     try:
         for group in [*groups(), big_group(2, 40)]:  # the last is many times a pipe's size
             process.start()
-            assert answers(await process.append_many(group)) == answers(here.append_many(group))
+            theirs, ours = await process.append_many(group), here.append_many(group)
+            assert answers(theirs) == answers(ours)
+            assert [getattr(r, "meta", None) for r in theirs] == [
+                getattr(r, "meta", None) for r in ours
+            ], "the same records as each batch left them"
     finally:
         process.close()
     assert process.started == 1

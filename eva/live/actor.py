@@ -41,7 +41,7 @@ from eva.core.events import (
 from eva.core.keys import StreamId
 from eva.core.projection import Rejected
 from eva.core.settings import LiveSettings, MemorySettings
-from eva.core.state import StreamMeta
+from eva.core.state import StreamMeta, decode_meta
 from eva.core.summarize import Summarizer
 from eva.core.timing import compression_due, overflow_due, publish_reason
 from eva.live.inputs import (
@@ -568,7 +568,7 @@ class ChannelActor:
             return
         meta: StreamMeta | None = None
         try:
-            meta = self._stored(flight.posts, flight.indexes, flight.events)
+            meta = self._stored(flight.posts, flight.indexes, flight.events, outcome.meta)
         except Exception:  # they are stored: they are answered so; the tail is read again
             self.shared.crashes += 1
             log.exception(
@@ -679,21 +679,25 @@ class ChannelActor:
         indexes, events = self._new_posts(posts)
         if not events:
             return indexes, None
-        await self._write(events)
+        appended = await self._write(events)
         self._touch(max(post.at_ms for post in posts))
-        return indexes, self._stored(posts, indexes, events)
+        return indexes, self._stored(posts, indexes, events, appended.meta)
 
     def _stored(
-        self, posts: Sequence[Post], indexes: list[int | None], events: list[AnyEvent]
+        self,
+        posts: Sequence[Post],
+        indexes: list[int | None],
+        events: list[AnyEvent],
+        record: bytes | None,
     ) -> StreamMeta:
         """Keep up with posts just stored (their unleafed messages, the tail); returns
-        the stream's record as they left it."""
+        the stream's record as they left it (`record`, the append's, or read if None)."""
         for event in events:
             if isinstance(event, MessagePosted):
                 self.unleafed[event.index] = StoredMessage(
                     event, event.content, event.attachments, event.edited_at_ms, False
                 )
-        meta = self._meta()
+        meta = decode_meta(record) if record is not None else self._meta()
         assert meta is not None
         tz = channel_zone(meta, self.shared.settings)
         self.tail.add(zip(posts, indexes, strict=True), tz)
@@ -921,9 +925,9 @@ class ChannelActor:
     def _meta(self) -> StreamMeta | None:
         return self.shared.store.meta(self.stream)
 
-    async def _write(self, events: list[AnyEvent]) -> None:
+    async def _write(self, events: list[AnyEvent]) -> Appended:
         """Append this channel's events through the process's writer."""
-        await self.shared.writer.append(self.stream, events)
+        return await self.shared.writer.append(self.stream, events)
 
     async def _append(self, stream: StreamId, events: Sequence[AnyEvent]) -> Appended:
         """The `Append` that compression and publishing write through; lines go in the

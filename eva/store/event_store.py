@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import msgspec
 
@@ -25,7 +25,14 @@ from eva.core.events import (
 )
 from eva.core.keys import StreamId
 from eva.core.projection import Projector, Rejected, Tables, read_meta
-from eva.core.state import MessageSlot, StreamMeta, decode_line_slot, decode_meta, decode_slot
+from eva.core.state import (
+    MessageSlot,
+    StreamMeta,
+    decode_line_slot,
+    decode_meta,
+    decode_slot,
+    encode_record,
+)
 from eva.store.kv import Backend
 
 READ_CHUNK = 4096
@@ -41,11 +48,16 @@ class Batch:
 
 @dataclass(frozen=True, slots=True)
 class Appended:
-    """Where a batch landed: sequence numbers `first .. first+count-1`."""
+    """Where a batch landed: sequence numbers `first .. first+count-1`.
+
+    With it comes the stream's record as the batch left it, encoded as the
+    `streams` table holds it, so that the sender need not read it back.
+    """
 
     stream: StreamId
     first: int
     count: int
+    meta: bytes | None = field(default=None, compare=False, repr=False)
 
 
 class StoredMessage(msgspec.Struct, frozen=True, gc=False):
@@ -87,7 +99,7 @@ def write_batch(
             "events", zip(keys.event_keys(batch.stream, first, count), stored, strict=True)
         )
     projector.apply_all(batch.stream, first, batch.events)
-    return Appended(batch.stream, first, count)
+    return Appended(batch.stream, first, count, encode_record(projector.meta(batch.stream)))
 
 
 KNOWN_LINES_MOST = 1 << 19

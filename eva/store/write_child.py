@@ -60,7 +60,7 @@ def _commit(store: EventStore, raw: list[RawBatch]) -> list[Result]:
         results[position] = (
             Result(refused=str(result))
             if isinstance(result, Rejected)
-            else Result(result.first, result.count)
+            else Result(result.first, result.count, meta=result.meta)
         )
     return [result for result in results if result is not None]
 

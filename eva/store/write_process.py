@@ -133,6 +133,6 @@ class WriteProcess:
             results[position] = (
                 Rejected(result.refused)
                 if result.refused is not None
-                else Appended(stream, result.first, result.count)
+                else Appended(stream, result.first, result.count, result.meta)
             )
         return [result for result in results if result is not None]

@@ -35,6 +35,7 @@ class Result(msgspec.Struct, array_like=True):
     first: int = 0
     count: int = 0
     refused: str | None = None  # the Rejected message, for a batch refused whole
+    meta: bytes | None = None  # the stream's record as the batch left it (Appended.meta)
 
 
 class Committed(msgspec.Struct, tag="committed", array_like=True):
