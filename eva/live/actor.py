@@ -535,8 +535,13 @@ class ChannelActor:
             for request, index in zip(batch, indexes, strict=True):
                 request.reply(index)
             return None
-        self._touch(max(post.at_ms for post in posts))
-        end = self._next_index = max(i for i in indexes if i is not None) + 1
+        first = indexes[0]
+        if len(posts) == 1 and first is not None:  # one post, and new
+            self._touch(posts[0].at_ms)
+            end = self._next_index = first + 1
+        else:
+            self._touch(max(post.at_ms for post in posts))
+            end = self._next_index = max(i for i in indexes if i is not None) + 1
         self._posts_in_flight += len(batch)
         for post, index in zip(posts, indexes, strict=True):
             if index is not None:
@@ -658,6 +663,12 @@ class ChannelActor:
     ) -> tuple[list[int | None], list[AnyEvent]]:
         """Each post's index (None if stored before), and the events that store the new
         (`unread`: see `_places`)."""
+        next_known = self._next_index if unread else None
+        if next_known is not None and len(posts) == 1:  # the common case, as `_places` does it
+            post = posts[0]
+            if post.message_id in self._in_flight_ids:
+                return [None], []
+            return [next_known], [posted_event(post, next_known)]
         indexes = [
             None if place is None or place.stored else place.at
             for place in self._places(posts, unread)
