@@ -881,6 +881,55 @@ async def test_a_post_stored_before_the_channel_woke_is_found_and_stored_once(
     assert replay_stream(store, STREAM).ok
 
 
+async def test_a_post_sent_again_alone_is_answered_as_stored_before_and_stored_once(
+    tmp_path: Path,
+) -> None:
+    """Discord may send a message twice: a post sent alone again, while its first copy
+    is in flight or once it landed, is answered as stored before (None), is stored once,
+    and the posts sent alone around it land in order. On trio's real clock: a commit is
+    held in its thread."""
+    store = GatedStore(open_backend(tmp_path / "data"))
+    answers: list[Any] = []
+
+    async def send(supervisor: Supervisor, number: int) -> bool:
+        """Hand the post on at once if the channel takes it, else through its inbox;
+        whether it went at once."""
+        take = lambda request: answers.append(request.answered())  # noqa: E731
+        if supervisor.post_now(STREAM, [Request(message(STREAM, number), on_answer=take)]):
+            return True
+        for request in await supervisor.submit_all(STREAM, [message(STREAM, number)]):
+            request.when_answered(take)
+        return False
+
+    async def answered(count: int) -> None:
+        with trio.fail_after(5):
+            while len(answers) < count:  # noqa: ASYNC110 (answers come by callback)
+                await trio.sleep(0.01)
+        await trio.sleep(0.05)  # the actor waits for input again
+
+    async with open_supervisor(store, OfflineSummarizer(), SMALL, LIVE) as supervisor:
+        assert await supervisor.ask(STREAM, message(STREAM, 0)) == 0
+        await trio.sleep(0.05)
+        store.gate.clear()
+        assert await send(supervisor, 1)
+        assert not await send(supervisor, 1), "a copy of a post in flight waits for it"
+        await trio.sleep(0.05)
+        assert answers == []
+        store.gate.set()
+        await answered(2)
+        assert await send(supervisor, 2)
+        await answered(3)
+        assert await send(supervisor, 1), "taken for a new post; the store refuses it"
+        await answered(4)
+        assert await send(supervisor, 3)
+        await answered(5)
+    assert answers == [1, None, 2, None, 3]
+    assert [e.message_id for e in posted(store, STREAM)] == [
+        message(STREAM, n).message_id for n in range(4)
+    ]
+    assert replay_stream(store, STREAM).ok
+
+
 async def test_stored_posts_leave_no_cycles_for_the_collector(
     tmp_path: Path, autojump_clock: Any
 ) -> None:
