@@ -212,6 +212,39 @@ async def test_quiet_publish_after_thirty_minutes(tmp_path: Path, autojump_clock
     assert replay_stream(store, STREAM).ok
 
 
+async def test_lines_compression_wrote_are_measured_so_a_publish_reads_none_back(
+    tmp_path: Path, autojump_clock: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lines of a compression run are measured by its task once they are stored:
+    the quiet publish that follows finds every line of its row measured, and reads
+    none back from the store."""
+    store = fresh_store(tmp_path)
+    settings = msgspec.structs.replace(SMALL, overflow_tail_bytes=256 * KIB)  # quiet only
+    async with running(store, settings=settings) as supervisor:
+        for index in range(1100):
+            await supervisor.submit_all(STREAM, [message(STREAM, index, size=60)])
+        await settle()
+        assert publishes(store, STREAM) == []
+        meta = meta_of(store, STREAM)
+        assert meta.leaf_frontier > 1000
+        found: list[object] = []  # lines read back (those asked for and not written aside)
+        lines = store.lines
+
+        def read_lines(stream: StreamId, at: Any) -> Any:
+            read = lines(stream, at)
+            found.extend(read)
+            return read
+
+        monkeypatch.setattr(store, "lines", read_lines)
+        await trio.sleep(31 * MINUTE_S)
+        await settle()
+        [row] = publishes(store, STREAM)
+        assert row.reason == "quiet" and row.frontier == meta.leaf_frontier
+        assert found == [], "a line of the row was not measured"
+        assert await prompt(supervisor) == memory_text(store, STREAM, settings)
+    assert replay_stream(store, STREAM).ok
+
+
 async def test_overflow_publish_when_the_chat_never_goes_quiet(
     tmp_path: Path, autojump_clock: Any
 ) -> None:

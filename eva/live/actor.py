@@ -944,12 +944,14 @@ class ChannelActor:
         """The `Append` that compression and publishing write through; lines go in the
         background (see eva.live.writer).
 
-        The lines written are measured as they are stored, so that a publish
-        that reads them in the stream's record already has their sizes.
+        The lines written are measured once they are stored, by the task that
+        wrote them (a run stores a step's lines at a time), so that a publish
+        seldom reads one back. Not as the writer takes in the commit's answer:
+        every post of that commit would wait for it.
         """
         lines = [event for event in events if isinstance(event, LineWritten)]
         if not lines:  # a row: the actor waits for it before it serves the next posts
             return await self.shared.writer.append(stream, events)
-        return await self.shared.writer.append(
-            stream, events, lambda: self.sizes.learn(lines), background=True
-        )
+        appended = await self.shared.writer.append(stream, events, background=True)
+        self.sizes.learn(lines)
+        return appended
