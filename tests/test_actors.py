@@ -27,6 +27,7 @@ import trio
 import trio.lowlevel
 import trio.testing
 
+from eva.core.address import Address
 from eva.core.events import LineWritten, MessagePosted, RowPublished, ToolCalled
 from eva.core.keys import StreamId
 from eva.core.projection import Rejected, rendered_size
@@ -343,7 +344,7 @@ class OneBadLeaf:
         self.offline = OfflineSummarizer()
 
     async def summarize(self, tasks: Sequence[Task]) -> list[Summary]:
-        if not self.healthy and any(t.address == (self.start, 1) for t in tasks):
+        if not self.healthy and any(t.address == Address(self.start, 1) for t in tasks):
             raise ConnectionError("the model is unreachable")
         return await self.offline.summarize(tasks)
 

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from eva.core import keys
+from eva.core.address import Address
 from eva.core.events import (
     AnyEvent,
     ChannelDescribed,
@@ -326,13 +327,13 @@ class StoreContract:
         store.append(B, [line(1, 1, "leaf of B")])
         leaves = store.lines_of_level(A, 1, 1, 5)
         assert {address: found.text for address, found in leaves.items()} == {
-            (1, 1): "a line",
-            (3, 1): "leaf 3",
+            Address(1, 1): "a line",
+            Address(3, 1): "leaf 3",
         }
-        assert store.lines_of_level(A, 2, 0, 4) == {(0, 2): line(0, 2)}
+        assert store.lines_of_level(A, 2, 0, 4) == {Address(0, 2): line(0, 2)}
         assert store.lines_of_level(A, 1, 4, 6) == {}
         assert store.lines_of_level(A, 1, 3, 3) == {}
-        assert list(store.lines_of_level(B, 1, 0, 3)) == [(1, 1)]
+        assert list(store.lines_of_level(B, 1, 0, 3)) == [Address(1, 1)]
 
     def test_line_at_the_limit_fits(self, store: EventStore) -> None:
         text = "é" * (LINE_LIMIT_BYTES // 2)

@@ -94,8 +94,7 @@ class LineSizes:
         self.use_zone(tz)
         have = self.sizes if sizes_only else self.texts
         missing = [address for address in addresses if address not in have]
-        for (start, size), line in store.lines(stream, missing).items():
-            address = address_at(start, size)
+        for address, line in store.lines(stream, missing).items():
             text = render_line(address, line.text, line.first_ms, line.last_ms, tz)
             self.texts[address] = text
             self.sizes[address] = len(text.encode())

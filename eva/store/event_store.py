@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import msgspec
 
 from eva.core import keys
+from eva.core.address import Address, address_at
 from eva.core.events import (
     AnyEvent,
     LineWritten,
@@ -280,30 +281,28 @@ class EventStore:
         with self.backend.reading() as tables:
             return read_line(tables, stream, start, size)
 
-    def lines(
-        self, stream: StreamId, addresses: Iterable[tuple[int, int]]
-    ) -> dict[tuple[int, int], LineWritten]:
-        """The lines written at `addresses` (start, size), read in one transaction."""
-        found: dict[tuple[int, int], LineWritten] = {}
+    def lines(self, stream: StreamId, addresses: Iterable[Address]) -> dict[Address, LineWritten]:
+        """The lines written at `addresses`, read in one transaction."""
+        found: dict[Address, LineWritten] = {}
         with self.backend.reading() as tables:
-            for start, size in addresses:
-                line = read_line(tables, stream, start, size)
+            for address in addresses:
+                line = read_line(tables, stream, address.start, address.size)
                 if line is not None:
-                    found[start, size] = line
+                    found[address] = line
         return found
 
     def lines_of_level(
         self, stream: StreamId, size: int, start: int, stop: int
-    ) -> dict[tuple[int, int], LineWritten]:
+    ) -> dict[Address, LineWritten]:
         """The lines of one size written from `start` to before `stop`, in one range read
         (a level's lines sit together, so the absent ones cost nothing)."""
-        found: dict[tuple[int, int], LineWritten] = {}
+        found: dict[Address, LineWritten] = {}
         with self.backend.reading() as tables:
             slots = tables.scan(
                 "lines", keys.line_key(stream, start, size), keys.line_key(stream, stop, size)
             )
             for key, data in slots:
-                found[keys.address_of_line_key(key)] = _line_of(tables, stream, data)
+                found[address_at(*keys.address_of_line_key(key))] = _line_of(tables, stream, data)
         return found
 
     def messages(
