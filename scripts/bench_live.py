@@ -16,7 +16,9 @@ fresh channels at steady rates (--paced-rates, open loop; the first
 below saturation, and then the whole sample once more at --sustained-rate
 (default 20,000 a second), open loop, to fresh channels: its latencies, the
 rate reached, and the rate counting the time compression takes to finish
-after it (sustained_caught_up_msgs_per_s). Then it times GetPrompt on channels kept
+after it (sustained_caught_up_msgs_per_s), with the CPU each message cost the
+serving process and the write process, while fed and counting the catch-up
+(steadier than latency on a shared machine). Then it times GetPrompt on channels kept
 awake by the questions, and, in a fresh directory first thing in the process,
 measures what a sleeping channel costs in memory. Commits are made by a write
 process, as serving makes them (`--writer thread`: in a thread of this
@@ -36,6 +38,7 @@ import argparse
 import gc
 import json
 import math
+import os
 import random
 import sys
 import tempfile
@@ -101,6 +104,42 @@ def p99_ms(samples: Sequence[float]) -> float:
 
 def note(text: str) -> None:
     print(f"bench_live: {text}", file=sys.stderr, flush=True)
+
+
+def cpu_s() -> tuple[float, float]:
+    """CPU seconds used so far by this process, and by its children (the write process):
+    those running read from /proc (Linux; elsewhere they count once they have ended)."""
+    ended = os.times()
+    children = ended.children_user + ended.children_system
+    tick = os.sysconf("SC_CLK_TCK")
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        tasks = []
+    for task in tasks:
+        try:
+            with open(f"/proc/self/task/{task}/children") as listed:
+                pids = listed.read().split()
+        except OSError:
+            continue
+        for pid in pids:
+            try:
+                with open(f"/proc/{pid}/stat") as stat:
+                    fields = stat.read().rsplit(")", 1)[1].split()
+            except OSError:  # it ended meanwhile: os.times counts it next time
+                continue
+            children += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+    return time.process_time(), children
+
+
+def cpu_us_per_message(before: tuple[float, float], after: tuple[float, float],
+                       messages: int) -> dict[str, float]:
+    """CPU microseconds per message between two `cpu_s` readings: this process's
+    (the trio loop, the feed included) and the write process's."""
+    return {
+        "loop": round((after[0] - before[0]) / messages * 1e6, 1),
+        "write_process": round((after[1] - before[1]) / messages * 1e6, 1),
+    }
 
 
 def memory_kb() -> dict[str, int]:
@@ -349,14 +388,17 @@ async def ingest_phase(
         with trio.fail_after(STEP_LIMIT_S):  # what the paced runs left is not its work
             await settle(store, settings, supervisor)
         first = PACED_CHANNEL + len(paced_rates) * channels
+        cpu_before = cpu_s()
         sustained_s, sustained = await ingest_paced(
             supervisor, posts, channels, sustained_rate, first
         )
+        cpu_fed = cpu_s()
         note(f"the whole sample at {sustained_rate:,.0f} msgs/s took {sustained_s:.2f} s")
         settle_started = time.perf_counter()
         with trio.fail_after(STEP_LIMIT_S):
             await settle(store, settings, supervisor)
         sustained_settle_s = time.perf_counter() - settle_started
+        cpu_settled = cpu_s()
         note("timing prompts")
         with trio.fail_after(STEP_LIMIT_S):
             # Questions to a few channels keep them awake (reads count as activity);
@@ -390,6 +432,12 @@ async def ingest_phase(
             "store_p99_ms": p99_ms(sustained),
             "settle_s": round(sustained_settle_s, 3),
             "caught_up_msgs_per_s": round(len(sustained) / (sustained_s + sustained_settle_s)),
+            # Steadier than latency on a shared machine: CPU per message while fed, and
+            # with what compression did after the feed counted too.
+            "cpu_us_per_msg": cpu_us_per_message(cpu_before, cpu_fed, len(sustained)),
+            "cpu_us_per_msg_caught_up": cpu_us_per_message(
+                cpu_before, cpu_settled, len(sustained)
+            ),
         },
         "settle_s": round(settle_s, 3),
         # Messages a second counting the time compression took to finish after the feed:
