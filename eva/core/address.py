@@ -42,7 +42,7 @@ def is_power_of_two(number: int) -> bool:
 
 def is_valid(address: Address) -> bool:
     """Whether `address` is aligned: size a power of two, start a multiple of size."""
-    start, size = address
+    start, size = address.start, address.size
     return start >= 0 and is_power_of_two(size) and start % size == 0
 
 
@@ -96,14 +96,14 @@ def last(address: Address) -> int:
 
 def parent(address: Address) -> Address:
     """The line one level up that contains `address` as one of its halves."""
-    start, size = address
+    start, size = address.start, address.size
     double = size * 2
     return Address(start - start % double, double)
 
 
 def sibling(address: Address) -> Address:
     """The other half of `address`'s parent."""
-    start, size = address
+    start, size = address.start, address.size
     return Address(start ^ size, size)
 
 
@@ -114,7 +114,7 @@ def is_left_half(address: Address) -> bool:
 
 def halves(address: Address) -> tuple[Address, Address]:
     """The older and newer halves of a line of size >= 2."""
-    start, size = address
+    start, size = address.start, address.size
     if size < 2:
         raise ValueError(f"the leaf {format_address(address)} has no halves")
     half = size // 2
