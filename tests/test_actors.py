@@ -135,6 +135,15 @@ def posted(store: EventStore, stream: StreamId) -> list[MessagePosted]:
     return [event for _, event in store.events(stream) if isinstance(event, MessagePosted)]
 
 
+def assert_stored_once_in_order(store: EventStore, count: int) -> None:
+    """STREAM holds messages 0 .. count-1, each once and in order, and replays to the
+    same projections."""
+    assert [e.message_id for e in posted(store, STREAM)] == [
+        message(STREAM, n).message_id for n in range(count)
+    ]
+    assert replay_stream(store, STREAM).ok
+
+
 def publishes(store: EventStore, stream: StreamId) -> list[RowPublished]:
     return [event for _, event in store.events(stream) if isinstance(event, RowPublished)]
 
@@ -779,10 +788,7 @@ async def test_a_channel_sends_posts_while_one_commits_and_joins_those_not_taken
         assert await edit.result() is True
         assert supervisor.statistics().appends - appends == 3  # 1; 2 to 4; the edit
         assert "fixed" in await prompt(supervisor)
-    assert [e.message_id for e in posted(store, STREAM)] == [
-        message(STREAM, n).message_id for n in range(5)
-    ]
-    assert replay_stream(store, STREAM).ok
+    assert_stored_once_in_order(store, 5)
 
 
 async def test_a_refused_batch_in_flight_is_stored_one_by_one_and_the_ones_behind_it_too(
@@ -808,10 +814,7 @@ async def test_a_refused_batch_in_flight_is_stored_one_by_one_and_the_ones_behin
         # Refused for the gap the bad one left, then stored one by one, in order.
         assert await behind[0].result() == 2
         assert await joined[0].result() == 3
-    assert [e.message_id for e in posted(store, STREAM)] == [
-        message(STREAM, n).message_id for n in range(4)
-    ]
-    assert replay_stream(store, STREAM).ok
+    assert_stored_once_in_order(store, 4)
 
 
 async def test_an_answer_taken_by_a_callback_is_given_once_and_its_failure_is_logged(
@@ -909,10 +912,7 @@ async def test_a_post_stored_before_the_channel_woke_is_found_and_stored_once(
         assert supervisor.post_now(STREAM, requests(7))
         await settle()
     assert answers[-3:] == [6, None, 7]
-    assert [e.message_id for e in posted(store, STREAM)] == [
-        message(STREAM, n).message_id for n in range(8)
-    ]
-    assert replay_stream(store, STREAM).ok
+    assert_stored_once_in_order(store, 8)
 
 
 async def test_a_post_sent_again_alone_is_answered_as_stored_before_and_stored_once(
@@ -958,10 +958,7 @@ async def test_a_post_sent_again_alone_is_answered_as_stored_before_and_stored_o
         assert await send(supervisor, 3)
         await answered(5)
     assert answers == [1, None, 2, None, 3]
-    assert [e.message_id for e in posted(store, STREAM)] == [
-        message(STREAM, n).message_id for n in range(4)
-    ]
-    assert replay_stream(store, STREAM).ok
+    assert_stored_once_in_order(store, 4)
 
 
 async def test_stored_posts_leave_no_cycles_for_the_collector(

@@ -535,13 +535,8 @@ class ChannelActor:
             for request, index in zip(batch, indexes, strict=True):
                 request.reply(index)
             return None
-        first = indexes[0]
-        if len(posts) == 1 and first is not None:  # one post, and new
-            self._touch(posts[0].at_ms)
-            end = self._next_index = first + 1
-        else:
-            self._touch(max(post.at_ms for post in posts))
-            end = self._next_index = max(i for i in indexes if i is not None) + 1
+        self._touch(max(post.at_ms for post in posts))
+        end = self._next_index = max(i for i in indexes if i is not None) + 1
         self._posts_in_flight += len(batch)
         for post, index in zip(posts, indexes, strict=True):
             if index is not None:
