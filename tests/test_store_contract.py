@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from eva.core import keys
@@ -34,7 +35,7 @@ from eva.core.keys import StreamId
 from eva.core.projection import INDEX_CHUNK, Rejected, Tables, indexed_upto
 from eva.core.recall_search import search
 from eva.core.render import LINE_LIMIT_BYTES
-from eva.core.state import decode_meta
+from eva.core.state import decode_meta, encode_record
 from eva.store import lmdb_kv
 from eva.store import replay as replay_module
 from eva.store.event_store import READ_CHUNK, Appended, Batch, EventStore
@@ -543,6 +544,29 @@ class TestLmdbStore(StoreContract):
         with pytest.raises(Rejected):  # and it still refuses a line before its halves
             store.append(A, [line(4, 4)])
         assert_replays(store)
+
+    def test_what_a_store_knows_of_stream_records_gives_way_to_another_writer(
+        self, store: EventStore
+    ) -> None:
+        # The store starts each batch from the record its last commit left; another
+        # writer's commit in between, or a refused batch, must not leave it behind.
+        other = EventStore(store.backend)
+        store.append(A, [posted(0), posted(1)])
+        other.append(A, [posted(2)])
+        assert store.append(A, [posted(3)]) == Appended(A, 3, 1)
+        results = store.append_many([Batch(A, [posted(4), line(0, 8)]), Batch(B, [posted(0)])])
+        assert isinstance(results[0], Rejected)
+        assert store.append(A, [posted(4)]) == Appended(A, 4, 1)
+        stored_b = store.meta(B)
+        assert stored_b is not None
+        renamed = msgspec.structs.replace(stored_b, channel_name="renamed")
+        store.backend.write(
+            lambda tables: tables.put("streams", keys.stream_prefix(B), encode_record(renamed))
+        )
+        assert store.append(B, [ToolCalled(at_ms=2, name="look")]) == Appended(B, 1, 1)
+        meta_a, meta_b = store.meta(A), store.meta(B)
+        assert meta_a is not None and (meta_a.position, meta_a.messages) == (5, 5)
+        assert meta_b is not None and (meta_b.position, meta_b.channel_name) == (2, "renamed")
 
     def test_append_many_is_one_commit(self, store: EventStore) -> None:
         backend = store.backend

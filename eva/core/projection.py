@@ -101,6 +101,9 @@ class Projector:
 
     Stream records are cached while a batch is applied and written by `flush`,
     so a batch of many events costs one read and one write of each record.
+    A caller that knows the records as the tables hold them (`known_metas`,
+    see EventStore) lends them: the projector takes each out of that mapping
+    as it first needs it, and the records it ends with are `metas`.
     The recall index's changes are collected in a `PostingBuffer`: the
     projector's own, written into the tables by `flush`, or one the caller
     passes in and writes itself.
@@ -111,11 +114,13 @@ class Projector:
         tables: Tables,
         postings: PostingBuffer | None = None,
         known_lines: Mapping[bytes, bool] | None = None,
+        known_metas: dict[StreamId, StreamMeta] | None = None,
     ) -> None:
         self._tables = tables
         # Whether lines exist, by key, as the tables held them before this transaction,
         # where the caller knows it (see EventStore): asked before the tables.
         self._known_lines = known_lines
+        self._known_metas = known_metas
         self._metas: dict[StreamId, StreamMeta] = {}
         self._writes_postings = postings is None
         self._postings = PostingBuffer() if postings is None else postings
@@ -130,11 +135,19 @@ class Projector:
         """The stream's record as it stands in this transaction (new if unknown)."""
         meta = self._metas.get(stream)
         if meta is None:
-            meta = read_meta(self._tables, stream) or StreamMeta(
-                guild_id=stream.guild_id, channel_id=stream.channel_id
-            )
+            known = self._known_metas
+            meta = known.pop(stream, None) if known is not None else None
+            if meta is None:
+                meta = read_meta(self._tables, stream) or StreamMeta(
+                    guild_id=stream.guild_id, channel_id=stream.channel_id
+                )
             self._metas[stream] = meta
         return meta
+
+    @property
+    def metas(self) -> dict[StreamId, StreamMeta]:
+        """The stream records this transaction used, as they stand now."""
+        return self._metas
 
     @property
     def lines_seen(self) -> dict[bytes, bool]:
@@ -506,7 +519,11 @@ class Projector:
                 f"stream has {meta.messages}"
             )
         old, new = meta.row_frontier, event.frontier
-        moved = sum(self._size(stream, i) for i in range(min(old, new), max(old, new)))
+        low, high = min(old, new), max(old, new)
+        slots = self._tables.scan(
+            "messages", keys.message_key(stream, low), keys.message_key(stream, high)
+        )
+        moved = sum(decode_slot(data).size for _, data in slots)
         meta.tail_bytes += moved if new < old else -moved
         meta.row_frontier = new
         meta.row_bytes = event.row_bytes

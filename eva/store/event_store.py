@@ -105,6 +105,8 @@ def write_batch(
 
 KNOWN_LINES_MOST = 1 << 19
 """Line keys the store remembers across its write transactions before it starts afresh."""
+KNOWN_METAS_MOST = 1 << 16
+"""Stream records the store remembers across its write transactions before it starts afresh."""
 
 
 class EventStore:
@@ -112,18 +114,22 @@ class EventStore:
 
     Applying a line asks whether other lines exist (its halves, its sibling,
     its parent), and most were asked or written by an earlier transaction of
-    this store. It remembers the answers of the transactions it committed,
-    for as long as nothing else commits in between: a write transaction's id
-    is one more than the last commit's, so a gap says that another writer (a
-    process, or code writing to the backend directly) came in between, and
-    what it remembers is dropped. Only for backends whose transactions have
-    ids (LMDB).
+    this store; every batch starts from its stream's record, which the last
+    transaction that touched the stream left. The store remembers both from
+    the transactions it committed, for as long as nothing else commits in
+    between: a write transaction's id is one more than the last commit's, so
+    a gap says that another writer (a process, or code writing to the backend
+    directly) came in between, and what it remembers is dropped. Only for
+    backends whose transactions have ids (LMDB).
     """
 
     def __init__(self, backend: Backend) -> None:
         self.backend = backend
         self._known_lines: dict[bytes, bool] = {}
-        self._known_after = -1  # the transaction whose commit `_known_lines` follows
+        # Stream records as the last commit left them; a transaction takes out those it
+        # uses (and gives them back if it commits), so one that fails leaves none behind.
+        self._known_metas: dict[StreamId, StreamMeta] = {}
+        self._known_after = -1  # the transaction whose commit the two follow
         self._known_lock = threading.Lock()
 
     # -- writing ---------------------------------------------------------
@@ -145,7 +151,7 @@ class EventStore:
         given, holds each batch's events encoded already.
         """
         refused: dict[int, Rejected] = {}
-        seen: list[tuple[int, dict[bytes, bool]]] = []  # the last attempt's transaction
+        seen: list[tuple[int, Projector]] = []  # the last attempt's transaction
         while True:
             try:
                 results = self.backend.write(
@@ -155,7 +161,7 @@ class EventStore:
                 refused[refusal.position] = refusal.error
                 continue
             if seen:  # the last attempt is the one that committed
-                self._learn_lines(*seen[-1])
+                self._learn(*seen[-1])
             return results
 
     def _write_all(
@@ -164,10 +170,15 @@ class EventStore:
         batches: Sequence[Batch],
         refused: dict[int, Rejected],
         stored: Sequence[list[bytes]] | None = None,
-        seen: list[tuple[int, dict[bytes, bool]]] | None = None,
+        seen: list[tuple[int, Projector]] | None = None,
     ) -> list[Appended | Rejected]:
         txn_id = tables.transaction_id()
-        projector = Projector(tables, known_lines=self._lines_known_at(txn_id))
+        known = self._known_at(txn_id)
+        projector = (
+            Projector(tables)
+            if known is None
+            else Projector(tables, known_lines=known[0], known_metas=known[1])
+        )
         results: list[Appended | Rejected] = []
         for position, batch in enumerate(batches):
             error = refused.get(position)
@@ -181,26 +192,34 @@ class EventStore:
                 raise _BatchRefused(position, exc) from exc
         projector.flush()
         if txn_id is not None and seen is not None:
-            seen.append((txn_id, projector.lines_seen))
+            seen.append((txn_id, projector))
         return results
 
-    def _lines_known_at(self, txn_id: int | None) -> dict[bytes, bool] | None:
-        """What is known of lines before write transaction `txn_id`: nothing unless
-        the last commit was this store's own."""
+    def _known_at(
+        self, txn_id: int | None
+    ) -> tuple[dict[bytes, bool], dict[StreamId, StreamMeta]] | None:
+        """What is known of lines and stream records before write transaction `txn_id`:
+        nothing unless the last commit was this store's own."""
         if txn_id is None:
             return None
         with self._known_lock:
             if self._known_after != txn_id - 1:
-                self._known_lines, self._known_after = {}, txn_id - 1
-            return self._known_lines
+                self._known_lines, self._known_metas = {}, {}
+                self._known_after = txn_id - 1
+            return self._known_lines, self._known_metas
 
-    def _learn_lines(self, txn_id: int, seen: dict[bytes, bool]) -> None:
-        """Remember what write transaction `txn_id`, committed, saw of lines."""
+    def _learn(self, txn_id: int, projector: Projector) -> None:
+        """Remember what write transaction `txn_id`, committed, saw of lines and left of
+        the stream records it used."""
         with self._known_lock:
-            if self._known_after == txn_id - 1 and len(self._known_lines) < KNOWN_LINES_MOST:
-                self._known_lines.update(seen)
-            else:
-                self._known_lines = dict(seen)
+            if self._known_after != txn_id - 1:
+                self._known_lines, self._known_metas = {}, {}
+            if len(self._known_lines) >= KNOWN_LINES_MOST:
+                self._known_lines = {}
+            if len(self._known_metas) >= KNOWN_METAS_MOST:
+                self._known_metas = {}
+            self._known_lines.update(projector.lines_seen)
+            self._known_metas.update(projector.metas)
             self._known_after = txn_id
 
     # -- reading ---------------------------------------------------------
