@@ -448,8 +448,11 @@ class Projector:
             raise Rejected(f"{stream}: line {start}+{size} is over {LINE_LIMIT_BYTES} bytes")
         tables = self._tables
         if size > 1:
-            left, right = (start, size // 2), (start + size // 2, size // 2)
-            if not (self._has_line(stream, *left) and self._has_line(stream, *right)):
+            half = size // 2
+            if not (
+                self._exists(stream, meta, start, half)
+                and self._exists(stream, meta, start + half, half)
+            ):
                 raise Rejected(f"{stream}: line {start}+{size} is written before its halves")
         line_key = keys.line_key(stream, start, size)
         tables.put("lines", line_key, encode_record(LineSlot(seq)))
@@ -467,7 +470,7 @@ class Projector:
         sibling_start = start ^ size
         if (
             parent_start + parent_size <= meta.messages
-            and self._has_line(stream, sibling_start, size)
+            and self._exists(stream, meta, sibling_start, size)
             and not self._has_line(stream, parent_start, parent_size)
         ):
             tables.put("ready", keys.ready_key(stream, parent_start, parent_size), b"")
@@ -494,6 +497,11 @@ class Projector:
             self._tables.delete("stale", key)
             meta.stale -= 1
 
+    def _exists(self, stream: StreamId, meta: StreamMeta, start: int, size: int) -> bool:
+        """Whether a line exists: a leaf before the leaf frontier without a look (every
+        message before it has one, and a line once written is never taken away)."""
+        return (size == 1 and start < meta.leaf_frontier) or self._has_line(stream, start, size)
+
     def _has_line(self, stream: StreamId, start: int, size: int) -> bool:
         key = keys.line_key(stream, start, size)
         known = self._lines.get(key)
@@ -510,7 +518,7 @@ class Projector:
         for start, size in event.entries:
             if start != covered or size < 1 or size & (size - 1) or start % size:
                 raise Rejected(f"row entry {start}+{size} does not continue at {covered}")
-            if not self._has_line(stream, start, size):
+            if not self._exists(stream, meta, start, size):
                 raise Rejected(f"{stream}: row entry {start}+{size} has no line")
             covered += size
         if covered != event.frontier or event.frontier > meta.messages:
