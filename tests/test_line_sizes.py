@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from datetime import UTC
+from datetime import UTC, tzinfo
 
+import msgspec
 import pytest
 
 from eva.core.address import Address
 from eva.core.events import LineWritten
 from eva.core.keys import StreamId
 from eva.core.render import render_line
+from eva.memory import publish as publish_module
 from eva.memory.publish import LineSizes
 from eva.store.event_store import EventStore
 from eva.store.memory_kv import MemoryBackend
@@ -43,28 +45,95 @@ def test_a_learnt_line_is_rendered_as_the_row_shows_it_without_a_read() -> None:
         assert sizes.measure(empty, STREAM, address, UTC) == len(expected.encode())
 
 
+def readable(sizes: LineSizes, *addresses: tuple[int, int]) -> set[Address]:
+    """The lines of `addresses` it renders without a read."""
+    empty = EventStore(MemoryBackend())  # any read would find nothing
+    found = set()
+    for address in (Address(*a) for a in addresses):
+        try:
+            sizes.render(empty, STREAM, address, UTC)
+        except LookupError:
+            continue
+        found.add(address)
+    return found
+
+
+def measurable(sizes: LineSizes, *addresses: tuple[int, int]) -> set[Address]:
+    """The lines of `addresses` it measures without a read."""
+    empty = EventStore(MemoryBackend())
+    found = set()
+    for address in (Address(*a) for a in addresses):
+        try:
+            sizes.measure(empty, STREAM, address, UTC)
+        except LookupError:
+            continue
+        found.add(address)
+    return found
+
+
+ALL = ((0, 1), (1, 1), (0, 2), (2, 1), (3, 1), (2, 2), (0, 4), (4, 1))
+
+
 def test_nothing_is_learnt_before_the_zone_is_known() -> None:
     sizes = LineSizes()
     sizes.learn([line(0, 1)])
-    assert not sizes.sizes and not sizes.texts
+    sizes.use_zone(UTC)
+    assert measurable(sizes, (0, 1)) == set()
+
+
+def test_a_line_is_rendered_only_once_it_is_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    rendered: list[Address] = []
+
+    def counted(address: Address, text: str, first_ms: int, last_ms: int, tz: tzinfo) -> str:
+        rendered.append(address)
+        return render_line(address, text, first_ms, last_ms, tz)
+
+    monkeypatch.setattr(publish_module, "render_line", counted)
+    sizes = learnt(*ALL)
+    assert rendered == []
+    assert measurable(sizes, (0, 2)) == {Address(0, 2)}
+    assert readable(sizes, (0, 2)) == {Address(0, 2)}
+    assert rendered == [Address(0, 2)]
+
+
+def test_a_line_learnt_again_reads_as_made_again() -> None:
+    sizes = learnt((0, 1))
+    empty = EventStore(MemoryBackend())
+    before = sizes.render(empty, STREAM, Address(0, 1), UTC)
+    sizes.learn([msgspec.structs.replace(line(0, 1), text="made again")])
+    after = sizes.render(empty, STREAM, Address(0, 1), UTC)
+    assert before != after and after.endswith("|made again")
+    assert sizes.measure(empty, STREAM, Address(0, 1), UTC) == len(after.encode())
 
 
 def test_keep_holds_the_row_the_lines_past_its_end_and_the_sizes_above_it() -> None:
-    sizes = learnt((0, 1), (1, 1), (0, 2), (2, 1), (3, 1), (2, 2), (0, 4), (4, 1))
+    sizes = learnt(*ALL)
     sizes.keep([Address(0, 2), Address(2, 1)])
-    # Past the row's end: (3, 1) and (4, 1), written while the row was chosen.
-    assert set(sizes.texts) == {Address(0, 2), Address(2, 1), Address(3, 1), Address(4, 1)}
-    # Sizes also of the lines above the row's that a later publish may merge into.
-    assert set(sizes.sizes) == {
+    # The row, and past its end (3, 1) and (4, 1), written while the row was chosen,
+    # read without a read; and so are measured the lines above the row's that a
+    # later publish may merge into. What was merged away is read again.
+    assert readable(sizes, (0, 2), (2, 1), (3, 1), (4, 1)) == {
+        Address(0, 2), Address(2, 1), Address(3, 1), Address(4, 1)
+    }
+    assert measurable(sizes, *ALL) == {
         Address(0, 2), Address(0, 4), Address(2, 1), Address(2, 2), Address(3, 1), Address(4, 1)
     }
-    empty = EventStore(MemoryBackend())
-    assert sizes.render(empty, STREAM, Address(4, 1), UTC).startswith("4+1 ")
-    with pytest.raises(LookupError):  # merged away: read again, and not in this store
-        sizes.render(empty, STREAM, Address(0, 1), UTC)
+    assert readable(sizes, (0, 1), (1, 1)) == set()
+
+
+def test_keep_holds_what_was_measured_before_as_what_was_not() -> None:
+    sizes = learnt(*ALL)
+    assert measurable(sizes, *ALL) == {Address(*a) for a in ALL}  # all rendered now
+    sizes.keep([Address(0, 2), Address(2, 1)])
+    assert measurable(sizes, *ALL) == {
+        Address(0, 2), Address(0, 4), Address(2, 1), Address(2, 2), Address(3, 1), Address(4, 1)
+    }
+    assert readable(sizes, (0, 1), (1, 1), (0, 4)) == set()
 
 
 def test_keep_of_an_empty_row_keeps_every_line() -> None:
     sizes = learnt((0, 1), (1, 1))
     sizes.keep([])
-    assert set(sizes.texts) == set(sizes.sizes) == {Address(0, 1), Address(1, 1)}
+    assert readable(sizes, (0, 1), (1, 1)) == measurable(sizes, (0, 1), (1, 1)) == {
+        Address(0, 1), Address(1, 1)
+    }

@@ -207,6 +207,7 @@ class Projector:
         """Apply events stored one after the other from `first_seq` on, runs of posts at once."""
         seq = first_seq
         posts: list[MessagePosted] = []
+        meta = self.meta(stream)
         for event in events:
             if isinstance(event, MessagePosted):
                 posts.append(event)
@@ -215,7 +216,11 @@ class Projector:
                 self.apply_posts(stream, seq, posts)
                 seq += len(posts)
                 posts = []
-            self.apply(stream, seq, event)
+            if isinstance(event, LineWritten) and seq == meta.position:  # a run's lines
+                self._line(stream, meta, seq, event)
+                meta.position = seq + 1
+            else:
+                self.apply(stream, seq, event)
             seq += 1
         if posts:
             self.apply_posts(stream, seq, posts)

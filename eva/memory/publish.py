@@ -43,6 +43,9 @@ class LineSizes:
     sizes: dict[Address, int] = field(default_factory=dict)
     texts: dict[Address, str] = field(default_factory=dict)
     zone: tzinfo | None = None
+    # Lines written and not rendered yet (`learn`): rendered when first asked for,
+    # since most merges written are never measured.
+    pending: dict[Address, LineWritten] = field(default_factory=dict)
 
     def render(self, store: EventStore, stream: StreamId, address: Address, tz: tzinfo) -> str:
         """The row entry of the line at `address`, rendered in `tz`."""
@@ -59,11 +62,24 @@ class LineSizes:
             size = self.sizes[address]
         return size
 
+    def _render_pending(self, address: Address) -> bool:
+        """Render the line at `address` if it was learnt and not rendered yet."""
+        zone = self.zone
+        line = None if zone is None else self.pending.pop(address, None)
+        if line is None or zone is None:
+            return False
+        text = render_line(address, line.text, line.first_ms, line.last_ms, zone)
+        self.texts[address] = text
+        self.sizes[address] = utf8_size(text)
+        return True
+
     def _rendered(
         self, store: EventStore, stream: StreamId, address: Address, tz: tzinfo
     ) -> str | None:
         self.use_zone(tz)
         text = self.texts.get(address)
+        if text is None and self._render_pending(address):
+            text = self.texts[address]
         if text is None:
             line = store.line(stream, *address)
             if line is None:
@@ -93,29 +109,35 @@ class LineSizes:
         yet), read in one transaction."""
         self.use_zone(tz)
         have = self.sizes if sizes_only else self.texts
-        missing = [address for address in addresses if address not in have]
+        missing = [
+            address
+            for address in addresses
+            if address not in have and not self._render_pending(address)
+        ]
+        if not missing:
+            return
         for address, line in store.lines(stream, missing).items():
             text = render_line(address, line.text, line.first_ms, line.last_ms, tz)
             self.texts[address] = text
             self.sizes[address] = len(text.encode())
 
     def learn(self, lines: Iterable[LineWritten]) -> None:
-        """Render lines as they are written, so a publish need not read them back.
+        """Remember lines as they are written, so a publish need not read them back.
 
-        The texts are kept until the next publish keeps only its row's (`keep`):
-        most lines written between two publishes are new leaves that go into the
+        They are rendered when first measured or read (most merges never are)
+        and kept until the next publish keeps only its row's (`keep`): most
+        lines written between two publishes are new leaves that go into the
         row, and the prompt reads them from here. Nothing is learnt before the
         zone is known.
         """
-        zone = self.zone
-        if zone is None:
+        if self.zone is None:
             return
-        sizes, texts = self.sizes, self.texts
+        pending, sizes, texts = self.pending, self.sizes, self.texts
         for line in lines:
             address = address_at(line.start, line.size)
-            text = render_line(address, line.text, line.first_ms, line.last_ms, zone)
-            texts[address] = text
-            sizes[address] = utf8_size(text)
+            pending[address] = line
+            sizes.pop(address, None)  # made again, if rendered before: the new text counts
+            texts.pop(address, None)
 
     def keep(self, row: Sequence[Address]) -> None:
         """Drop every line but those of `row` and those past its end, and the sizes of
@@ -125,25 +147,34 @@ class LineSizes:
         channel's compression goes on meanwhile): the next publish adds it.
         """
         end = row[-1].start + row[-1].size if row else 0
-        texts, sizes = self.texts, self.sizes
+        texts, sizes, pending = self.texts, self.sizes, self.pending
         kept_texts = {a: texts[a] for a in row if a in texts}
         kept_texts.update((a, text) for a, text in texts.items() if a.start >= end)
         kept: dict[Address, int] = {}
+        kept_pending: dict[Address, LineWritten] = {}
         for address in row:
-            while address not in kept and address in sizes:
-                kept[address] = sizes[address]
+            while address not in kept and address not in kept_pending:
+                if address in sizes:
+                    kept[address] = sizes[address]
+                elif address in pending:
+                    kept_pending[address] = pending[address]
+                else:
+                    break
                 address = parent(address)
         kept.update((a, size) for a, size in sizes.items() if a.start >= end)
-        self.texts, self.sizes = kept_texts, kept
+        kept_pending.update((a, line) for a, line in pending.items() if a.start >= end)
+        self.texts, self.sizes, self.pending = kept_texts, kept, kept_pending
 
     def forget(self, addresses: set[Address]) -> None:
         for address in addresses:
             self.sizes.pop(address, None)
             self.texts.pop(address, None)
+            self.pending.pop(address, None)
 
     def clear(self) -> None:
         self.sizes.clear()
         self.texts.clear()
+        self.pending.clear()
 
 
 async def publish(
