@@ -7,6 +7,7 @@
 # never splits a character, nor a character from the marks that join onto it.
 from __future__ import annotations
 
+import re
 import unicodedata
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta, tzinfo
@@ -20,6 +21,8 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _BREAK_CHARACTERS = "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"
 """What `str.splitlines` breaks at (and \\r\\n, as one break)."""
 _ZERO_WIDTH_JOINER = "\u200d"
+_LAST_SPACE = re.compile(r"\s(?=\S*\Z)")
+"""A whitespace character with none after it (`\\s` is what `str.isspace` says)."""
 
 
 def utf8_size(text: str) -> int:
@@ -155,12 +158,11 @@ def cut_to_bytes(text: str, limit: int) -> str:
     end = _longest_prefix_in(text, limit)
     if end == len(text):
         return text
-    for position in range(end, 0, -1):
-        if text[position].isspace():
-            cut = text[:position].rstrip()
-            if cut:
-                return cut
-            break
+    space = _LAST_SPACE.search(text, 0, end + 1)  # the last at or before `end`, in C
+    if space is not None and space.start() > 0:
+        cut = text[: space.start()].rstrip()
+        if cut:
+            return cut
     while end > 0 and not _is_cut_point(text, end):
         end -= 1
     return text[:end]

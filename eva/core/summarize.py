@@ -227,7 +227,8 @@ def _fit_pieces(pieces: Sequence[_Piece], limit: int) -> str | None:
 
 def _merge_line(left_text: str, right_text: str, limit: int) -> str:
     pieces = _pieces(left_text) + _pieces(right_text)
-    for candidate in (_join_neighbours(pieces), _one_per_speaker(pieces)):
+    for shape in (_join_neighbours, _one_per_speaker):  # the second only if the first fails
+        candidate = shape(pieces)
         if candidate:
             line = _fit_pieces(candidate, limit)
             if line is not None:
