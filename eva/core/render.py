@@ -158,9 +158,14 @@ def cut_to_bytes(text: str, limit: int) -> str:
     end = _longest_prefix_in(text, limit)
     if end == len(text):
         return text
-    space = _LAST_SPACE.search(text, 0, end + 1)  # the last at or before `end`, in C
-    if space is not None and space.start() > 0:
-        cut = text[: space.start()].rstrip()
+    # The last whitespace at or before `end`, in C: the last plain space, unless
+    # another kind of space comes after it (looked for only in the word after it).
+    position = text.rfind(" ", 0, end + 1)
+    other = _LAST_SPACE.search(text, position + 1, end + 1)
+    if other is not None:
+        position = other.start()
+    if position > 0:
+        cut = text[:position].rstrip()
         if cut:
             return cut
     while end > 0 and not _is_cut_point(text, end):
