@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, tzinfo
 
 import msgspec
@@ -45,30 +46,29 @@ def test_a_learnt_line_is_rendered_as_the_row_shows_it_without_a_read() -> None:
         assert sizes.measure(empty, STREAM, address, UTC) == len(expected.encode())
 
 
-def readable(sizes: LineSizes, *addresses: tuple[int, int]) -> set[Address]:
-    """The lines of `addresses` it renders without a read."""
+def without_a_read(
+    ask: Callable[[EventStore, StreamId, Address, tzinfo], object],
+    *addresses: tuple[int, int],
+) -> set[Address]:
+    """The lines of `addresses` that `ask` (a LineSizes' render or measure) answers
+    without a read."""
     empty = EventStore(MemoryBackend())  # any read would find nothing
     found = set()
     for address in (Address(*a) for a in addresses):
         try:
-            sizes.render(empty, STREAM, address, UTC)
+            ask(empty, STREAM, address, UTC)
         except LookupError:
             continue
         found.add(address)
     return found
+
+
+def readable(sizes: LineSizes, *addresses: tuple[int, int]) -> set[Address]:
+    return without_a_read(sizes.render, *addresses)
 
 
 def measurable(sizes: LineSizes, *addresses: tuple[int, int]) -> set[Address]:
-    """The lines of `addresses` it measures without a read."""
-    empty = EventStore(MemoryBackend())
-    found = set()
-    for address in (Address(*a) for a in addresses):
-        try:
-            sizes.measure(empty, STREAM, address, UTC)
-        except LookupError:
-            continue
-        found.add(address)
-    return found
+    return without_a_read(sizes.measure, *addresses)
 
 
 ALL = ((0, 1), (1, 1), (0, 2), (2, 1), (3, 1), (2, 2), (0, 4), (4, 1))
