@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import signal
+import struct
 import subprocess
 import sys
 import threading
@@ -253,6 +254,44 @@ class StoreContract:
             False,
         )
         assert store.message(A, 5) is None
+
+    def test_the_ids_of_new_messages_go_to_the_end_of_their_table(
+        self, store: EventStore
+    ) -> None:
+        # Discord's ids grow with time across channels: posts to many channels, in the
+        # order they were made, go to the end of the id table one after the other
+        # (not to one place per channel), and each is still found in its own channel.
+        streams = [StreamId(3, 30 + n) for n in range(5)]
+        made = []
+        for index in range(3):
+            for n, stream in enumerate(streams):
+                message_id = 5000 + index * 10 + n
+                store.append(stream, [posted(index, message_id=message_id)])
+                made.append(message_id)
+        with store.backend.reading() as tables:
+            held = [
+                keys.decode_u64(key[:8])
+                for key, _ in tables.scan("discord_ids", b"", b"\xff" * 25)
+            ]
+        assert held == made
+        assert [store.index_of(stream, 5020 + n) for n, stream in enumerate(streams)] == [2] * 5
+        assert store.index_of(streams[0], 5021) is None
+        assert_replays(store)
+
+    def test_replay_finds_and_repair_mends_a_lost_discord_id(self, store: EventStore) -> None:
+        # A channel's ids do not sit together in their table; replay still finds one that
+        # went missing, and only in its own channel, and repair puts it back.
+        store.append(A, [posted(i) for i in range(4)])
+        store.append(B, [posted(0, message_id=1002)])  # the same id in another channel
+        store.backend.write(
+            lambda tables: tables.delete("discord_ids", keys.discord_id_key(A, 1002))
+        )
+        damaged = replay_stream(store, A)
+        assert not damaged.ok and damaged.differing == ("discord_ids",)
+        assert replay_stream(store, B).ok
+        assert repair_stream(store, A).rewritten == ("discord_ids",)
+        assert store.index_of(A, 1002) == 2 and store.index_of(B, 1002) == 0
+        assert_replays(store)
 
     def test_meta_and_indexes_read_together(self, store: EventStore) -> None:
         assert store.meta_and_indexes(A, [1000]) == (None, [None])
@@ -567,6 +606,44 @@ class TestLmdbStore(StoreContract):
         meta_a, meta_b = store.meta(A), store.meta(B)
         assert meta_a is not None and (meta_a.position, meta_a.messages) == (5, 5)
         assert meta_b is not None and (meta_b.position, meta_b.channel_name) == (2, "renamed")
+
+    def test_ids_kept_by_channel_first_are_rekeyed_once_at_open(self, tmp_path: Path) -> None:
+        # A data directory written while `discord_ids` keys started with the channel:
+        # opening it rewrites them, once, and nothing about the messages changes.
+        path = tmp_path / "older"
+        backend = lmdb_kv.open_backend(path)
+        store = EventStore(backend)
+        store.append(A, [posted(i) for i in range(3)])
+        store.append(B, [posted(0, message_id=1001)])  # A's message 1 has the same id
+
+        def as_written_before(tables: Tables) -> None:
+            rows = list(tables.scan("discord_ids", b"", b"\xff" * 25))
+            for key, _ in rows:
+                tables.delete("discord_ids", key)
+            for key, value in rows:
+                message_id, guild, channel = struct.unpack(">QQQ", key)
+                tables.put("discord_ids", struct.pack(">QQQ", guild, channel, message_id), value)
+            tables.delete("layout", keys.DISCORD_IDS_BY_MESSAGE)
+
+        backend.write(as_written_before)
+        events = list(store.events(A))
+        backend.close()
+
+        reopened = lmdb_kv.open_backend(path)
+        again = EventStore(reopened)
+        assert [again.index_of(A, 1000 + i) for i in range(3)] == [0, 1, 2]
+        assert again.index_of(B, 1001) == 0
+        assert list(again.events(A)) == events
+        assert_replays(again)
+        with pytest.raises(Rejected, match="already stored"):
+            again.append(A, [posted(3, message_id=1002)])
+        with reopened.reading() as tables:
+            rekeyed = list(tables.scan("discord_ids", b"", b"\xff" * 25))
+        reopened.close()
+        once_more = lmdb_kv.open_backend(path)
+        with once_more.reading() as tables:
+            assert list(tables.scan("discord_ids", b"", b"\xff" * 25)) == rekeyed
+        once_more.close()
 
     def test_append_many_is_one_commit(self, store: EventStore) -> None:
         backend = store.backend

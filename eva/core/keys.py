@@ -3,8 +3,10 @@
 # Knows nothing of LMDB; it only fixes how keys are laid out so that one
 # stream's entries sit together and sort in the order they are read.
 # Invariants: every key of a stream starts with its 16-byte prefix
-# (guild id, channel id, big-endian), so a prefix scan sees exactly one stream;
-# numbers in keys are big-endian unsigned, so byte order is numeric order.
+# (guild id, channel id, big-endian), so a prefix scan sees exactly one stream,
+# but for the `discord_ids` table, whose keys start with the message id (see
+# `discord_id_key`); numbers in keys are big-endian unsigned, so byte order is
+# numeric order.
 from __future__ import annotations
 
 import struct
@@ -13,10 +15,11 @@ from typing import Final, Literal, NamedTuple, TypeAlias
 
 Table: TypeAlias = Literal[
     "events", "streams", "messages", "discord_ids", "lines", "ready", "postings", "stale",
-    "batches",
+    "batches", "layout",
 ]
 
 EVENTS: Final = "events"
+DISCORD_IDS: Final = "discord_ids"
 # Every table that is derived from the events, in the order replay compares them.
 PROJECTION_TABLES: Final[tuple[Table, ...]] = (
     "streams",
@@ -31,7 +34,12 @@ PROJECTION_TABLES: Final[tuple[Table, ...]] = (
 # went out in (keyed by the task's fingerprint), so a restart takes up a batch
 # in flight instead of paying for its tasks again. Not derived from events.
 BATCHES: Final = "batches"
-ALL_TABLES: Final[tuple[Table, ...]] = ("events", *PROJECTION_TABLES, BATCHES)
+# Which layout a data directory's keys follow, where it changed (`DISCORD_IDS_BY_MESSAGE`).
+LAYOUT: Final = "layout"
+ALL_TABLES: Final[tuple[Table, ...]] = ("events", *PROJECTION_TABLES, BATCHES, LAYOUT)
+DISCORD_IDS_BY_MESSAGE: Final = b"discord_ids"
+"""The `layout` entry saying that `discord_ids` keys start with the message id; a data
+directory written before holds keys that start with the stream prefix."""
 
 _U64 = struct.Struct(">Q")
 _PREFIX = struct.Struct(">QQ")
@@ -86,13 +94,24 @@ def message_key(stream: StreamId, index: int) -> bytes:
 
 
 def discord_id_key(stream: StreamId, message_id: int) -> bytes:
-    return _PREFIX_U64.pack(stream.guild_id, stream.channel_id, message_id)
+    """The message id first, then the stream: Discord's ids grow with time across every
+    channel, so the ids of new messages go to the end of the table, and a commit of
+    posts to many channels writes one or two of its pages instead of one a channel.
+    A stream's entries are found from the ids of its posts (`eva.core.replay`)."""
+    return _PREFIX_U64.pack(message_id, stream.guild_id, stream.channel_id)
 
 
 def discord_id_keys(stream: StreamId, message_ids: Iterable[int]) -> list[bytes]:
     """`discord_id_key` of each id, in order."""
     pack, guild, channel = _PREFIX_U64.pack, stream.guild_id, stream.channel_id
-    return [pack(guild, channel, message_id) for message_id in message_ids]
+    return [pack(message_id, guild, channel) for message_id in message_ids]
+
+
+def stream_first_discord_id_key(key: bytes) -> bytes:
+    """A `discord_ids` key as data directories written before `DISCORD_IDS_BY_MESSAGE`
+    hold it (stream prefix, then message id), in the layout used now."""
+    guild, channel, message_id = _PREFIX_U64.unpack(key)
+    return _PREFIX_U64.pack(message_id, guild, channel)
 
 
 def message_keys(stream: StreamId, start: int, count: int) -> list[bytes]:

@@ -10,7 +10,7 @@ from itertools import islice
 
 from eva.core import keys
 from eva.core.digest import TableDigests, combined_digest, table_digest
-from eva.core.events import decode_event
+from eva.core.events import MessagePosted, decode_event
 from eva.core.keys import PROJECTION_TABLES, StreamId, Table
 from eva.core.memtables import MemoryTables
 from eva.core.projection import Projector, Tables
@@ -67,11 +67,41 @@ def _apply(
         projector.apply(stream, keys.seq_of(key), decode_event(data))
 
 
-def projection_rows(tables: Tables, stream: StreamId) -> ProjectionRows:
-    """Every projection entry of a stream, table by table, in key order."""
+def projection_rows(
+    tables: Tables, stream: StreamId, discord_ids: Iterable[bytes] | None = None
+) -> ProjectionRows:
+    """Every projection entry of a stream, table by table, in key order.
+
+    A stream's `discord_ids` entries do not sit together (see
+    `keys.discord_id_key`): they are looked up under `discord_ids` (say, the keys
+    a rebuild of the stream made), else under the ids of the posts in its log.
+    """
     prefix = keys.stream_prefix(stream)
     end = keys.prefix_end(prefix)
-    return {table: list(tables.scan(table, prefix, end)) for table in PROJECTION_TABLES}
+    return {
+        table: discord_id_rows(tables, stream, discord_ids)
+        if table == "discord_ids"
+        else list(tables.scan(table, prefix, end))
+        for table in PROJECTION_TABLES
+    }
+
+
+def discord_id_rows(
+    tables: Tables, stream: StreamId, candidates: Iterable[bytes] | None = None
+) -> list[tuple[bytes, bytes]]:
+    """The `discord_ids` entries held under `candidates` (by default the keys of the ids
+    of the messages posted in the stream's log), in key order."""
+    if candidates is None:
+        prefix = keys.stream_prefix(stream)
+        candidates = [
+            keys.discord_id_key(stream, event.message_id)
+            for _, data in tables.scan("events", prefix, keys.prefix_end(prefix))
+            if isinstance(event := decode_event(data), MessagePosted)
+        ]
+    get = tables.get
+    return sorted(
+        (key, index) for key in candidates if (index := get("discord_ids", key)) is not None
+    )
 
 
 def table_digests(rows: ProjectionRows) -> TableDigests:

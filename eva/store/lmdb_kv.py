@@ -22,7 +22,13 @@ from typing import Any, TypeVar
 
 import lmdb
 
-from eva.core.keys import ALL_TABLES, Table
+from eva.core.keys import (
+    ALL_TABLES,
+    DISCORD_IDS_BY_MESSAGE,
+    LAYOUT,
+    Table,
+    stream_first_discord_id_key,
+)
 from eva.core.projection import Tables
 
 T = TypeVar("T")
@@ -173,6 +179,7 @@ class LmdbBackend:
         self.commits = 0
         self.map_grown = 0
         self._open(map_bytes)
+        self._follow_layout()
 
     def _open(self, map_bytes: int) -> None:
         path = self.path
@@ -189,6 +196,15 @@ class LmdbBackend:
         self.dbs: dict[Table, Any] = {
             table: self.env.open_db(table.encode()) for table in ALL_TABLES
         }
+
+    def _follow_layout(self) -> None:
+        """Bring keys a data directory holds in an older layout to the one used now, in
+        one transaction (so a crash leaves it all old or all new), once; a directory
+        that holds none is marked as following it."""
+        with self.reading() as tables:
+            if tables.get(LAYOUT, DISCORD_IDS_BY_MESSAGE) is not None:
+                return
+        self.write(_discord_ids_by_message)
 
     def reading(self) -> _Reading:
         """A read transaction, as a `with` block. Never hold one while calling `write`
@@ -281,6 +297,20 @@ def open_backend(path: Path | str, map_bytes: int = INITIAL_MAP_BYTES) -> LmdbBa
             backend = LmdbBackend(Path(resolved), map_bytes)
             _open_backends[resolved] = backend
         return backend
+
+
+def _discord_ids_by_message(tables: Tables) -> None:
+    """Rewrite `discord_ids` keys from the stream-first layout (unless a process did while
+    this one waited for the write) and mark the layout."""
+    if tables.get(LAYOUT, DISCORD_IDS_BY_MESSAGE) is not None:
+        return
+    stream_first = list(tables.scan("discord_ids", b"", b"\xff" * 25))
+    for key, _ in stream_first:
+        tables.delete("discord_ids", key)
+    tables.put_many(
+        "discord_ids", sorted((stream_first_discord_id_key(k), v) for k, v in stream_first)
+    )
+    tables.put(LAYOUT, DISCORD_IDS_BY_MESSAGE, b"")
 
 
 def _copy_live(source: Any, dbs: dict[Table, Any], target: Path, map_bytes: int) -> None:

@@ -22,10 +22,10 @@ from eva.core.digest import (
     encoded_digest,
     encoded_rows,
 )
-from eva.core.keys import PROJECTION_TABLES, StreamId
+from eva.core.keys import DISCORD_IDS, PROJECTION_TABLES, StreamId
 from eva.core.projection import Tables, read_meta
 from eva.core.recall_index import POSTINGS
-from eva.core.replay import projection_rows, rebuild, rebuilt_digests
+from eva.core.replay import discord_id_rows, projection_rows, rebuild, rebuilt_digests
 from eva.store.event_store import EventStore
 from eva.store.index_worker import IndexWorker, open_index_worker
 from eva.store.no_gc import no_cyclic_gc
@@ -97,8 +97,9 @@ def _rebuild_and_digest(
     with store.backend.reading() as tables:
         # The live rows first, so that the worker reads the live postings while
         # the rebuild here is under way, and only compares once it has the last
-        # of its buffers.
-        live_rows = projection_rows(tables, stream)
+        # of its buffers. The stream's Discord ids are looked up afterwards, under
+        # the keys the rebuild made (found without reading the log twice).
+        live_rows = projection_rows(tables, stream, discord_ids=())
         encoded = {table: encoded_rows(rows) for table, rows in live_rows.items()}
         if worker is not None:
             worker.send_live(encoded[POSTINGS])
@@ -108,6 +109,9 @@ def _rebuild_and_digest(
             progress,
             None if worker is None else worker.write,
         )
+        made = (key for key, _ in rebuilt_tables.rows(DISCORD_IDS))
+        live_rows[DISCORD_IDS] = discord_id_rows(tables, stream, made)
+        encoded[DISCORD_IDS] = encoded_rows(live_rows[DISCORD_IDS])
     if worker is not None:
         _prepare_the_latest(worker)
         worker.ask_compare()  # it compares while the digests are made here
@@ -151,7 +155,8 @@ def repair_stream(
     end = keys.prefix_end(prefix)
     with no_cyclic_gc(), store.backend.reading() as tables:
         rebuilt = rebuild(stream, tables.scan("events", prefix, end), progress)
-        live_rows = projection_rows(tables, stream)
+        made = [key for key, _ in rebuilt.rows(DISCORD_IDS)]
+        live_rows = projection_rows(tables, stream, made)
         differing = tuple(
             table for table in PROJECTION_TABLES if not rebuilt.holds(table, live_rows[table])
         )
@@ -164,8 +169,9 @@ def repair_stream(
         after = tables.scan("events", keys.event_key(stream, events), end)
         if next(iter(after), None) is not None:
             raise LogMovedError(f"{stream}: events were added while it was rebuilt")
+        live = projection_rows(tables, stream, made)
         for table in differing:
-            for key in [key for key, _ in tables.scan(table, prefix, end)]:
+            for key, _ in live[table]:
                 tables.delete(table, key)
             tables.put_many(table, rebuilt.rows(table))
 
