@@ -406,7 +406,7 @@ class Projector:
         over a stale half is stale itself), so the walk stops at the first one.
         """
         start, size = index, 1
-        while self._has_line(stream, start, size):
+        while self._has_line(stream, meta, start, size):
             key = keys.stale_key(stream, start, size)
             if self._tables.get("stale", key) is not None:
                 return
@@ -455,8 +455,8 @@ class Projector:
         if size > 1:
             half = size // 2
             if not (
-                self._exists(stream, meta, start, half)
-                and self._exists(stream, meta, start + half, half)
+                self._has_line(stream, meta, start, half)
+                and self._has_line(stream, meta, start + half, half)
             ):
                 raise Rejected(f"{stream}: line {start}+{size} is written before its halves")
         line_key = keys.line_key(stream, start, size)
@@ -475,14 +475,14 @@ class Projector:
         sibling_start = start ^ size
         if (
             parent_start + parent_size <= meta.messages
-            and self._exists(stream, meta, sibling_start, size)
-            and not self._has_line(stream, parent_start, parent_size)
+            and self._has_line(stream, meta, sibling_start, size)
+            and not self._has_line(stream, meta, parent_start, parent_size)
         ):
             tables.put("ready", keys.ready_key(stream, parent_start, parent_size), b"")
             meta.ready += 1
         if size == 1 and start == meta.leaf_frontier:
             frontier = start
-            while frontier < meta.messages and self._has_line(stream, frontier, 1):
+            while frontier < meta.messages and self._has_line(stream, meta, frontier, 1):
                 meta.unleafed_bytes -= self._size(stream, frontier)
                 frontier += 1
             meta.leaf_frontier = frontier
@@ -502,12 +502,11 @@ class Projector:
             self._tables.delete("stale", key)
             meta.stale -= 1
 
-    def _exists(self, stream: StreamId, meta: StreamMeta, start: int, size: int) -> bool:
+    def _has_line(self, stream: StreamId, meta: StreamMeta, start: int, size: int) -> bool:
         """Whether a line exists: a leaf before the leaf frontier without a look (every
         message before it has one, and a line once written is never taken away)."""
-        return (size == 1 and start < meta.leaf_frontier) or self._has_line(stream, start, size)
-
-    def _has_line(self, stream: StreamId, start: int, size: int) -> bool:
+        if size == 1 and start < meta.leaf_frontier:
+            return True
         key = keys.line_key(stream, start, size)
         known = self._lines.get(key)
         if known is None:
@@ -523,7 +522,7 @@ class Projector:
         for start, size in event.entries:
             if start != covered or size < 1 or size & (size - 1) or start % size:
                 raise Rejected(f"row entry {start}+{size} does not continue at {covered}")
-            if not self._exists(stream, meta, start, size):
+            if not self._has_line(stream, meta, start, size):
                 raise Rejected(f"{stream}: row entry {start}+{size} has no line")
             covered += size
         if covered != event.frontier or event.frontier > meta.messages:

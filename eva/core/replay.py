@@ -11,7 +11,7 @@ from itertools import islice
 from eva.core import keys
 from eva.core.digest import TableDigests, combined_digest, table_digest
 from eva.core.events import MessagePosted, decode_event
-from eva.core.keys import PROJECTION_TABLES, StreamId, Table
+from eva.core.keys import DISCORD_IDS, PROJECTION_TABLES, StreamId, Table
 from eva.core.memtables import MemoryTables
 from eva.core.projection import Projector, Tables
 from eva.core.recall_index import PostingBuffer
@@ -80,7 +80,7 @@ def projection_rows(
     end = keys.prefix_end(prefix)
     return {
         table: discord_id_rows(tables, stream, discord_ids)
-        if table == "discord_ids"
+        if table == DISCORD_IDS
         else list(tables.scan(table, prefix, end))
         for table in PROJECTION_TABLES
     }
@@ -100,7 +100,7 @@ def discord_id_rows(
         ]
     get = tables.get
     return sorted(
-        (key, index) for key in candidates if (index := get("discord_ids", key)) is not None
+        (key, index) for key in candidates if (index := get(DISCORD_IDS, key)) is not None
     )
 
 

@@ -62,31 +62,34 @@ class LineSizes:
             size = self.sizes[address]
         return size
 
-    def _render_pending(self, address: Address) -> bool:
-        """Render the line at `address` if it was learnt and not rendered yet."""
-        zone = self.zone
-        line = None if zone is None else self.pending.pop(address, None)
-        if line is None or zone is None:
+    def _render_pending(self, address: Address, tz: tzinfo) -> bool:
+        """Render the line at `address` if it was learnt and not rendered yet (in the
+        zone the caller has just set)."""
+        line = self.pending.pop(address, None)
+        if line is None:
             return False
-        text = render_line(address, line.text, line.first_ms, line.last_ms, zone)
+        self._keep(address, line, tz)
+        return True
+
+    def _keep(self, address: Address, line: LineWritten, tz: tzinfo) -> str:
+        """Render a line and remember its text and bytes."""
+        text = render_line(address, line.text, line.first_ms, line.last_ms, tz)
         self.texts[address] = text
         self.sizes[address] = utf8_size(text)
-        return True
+        return text
 
     def _rendered(
         self, store: EventStore, stream: StreamId, address: Address, tz: tzinfo
     ) -> str | None:
         self.use_zone(tz)
         text = self.texts.get(address)
-        if text is None and self._render_pending(address):
+        if text is None and self._render_pending(address, tz):
             text = self.texts[address]
         if text is None:
             line = store.line(stream, *address)
             if line is None:
                 return None
-            text = render_line(address, line.text, line.first_ms, line.last_ms, tz)
-            self.texts[address] = text
-            self.sizes[address] = len(text.encode())
+            text = self._keep(address, line, tz)
         return text
 
     def use_zone(self, tz: tzinfo) -> None:
@@ -112,14 +115,12 @@ class LineSizes:
         missing = [
             address
             for address in addresses
-            if address not in have and not self._render_pending(address)
+            if address not in have and not self._render_pending(address, tz)
         ]
         if not missing:
             return
         for address, line in store.lines(stream, missing).items():
-            text = render_line(address, line.text, line.first_ms, line.last_ms, tz)
-            self.texts[address] = text
-            self.sizes[address] = len(text.encode())
+            self._keep(address, line, tz)
 
     def learn(self, lines: Iterable[LineWritten]) -> None:
         """Remember lines as they are written, so a publish need not read them back.
