@@ -20,9 +20,9 @@ from pathlib import Path
 
 from eva.core.keys import StreamId
 from eva.core.memtables import MemoryTables
-from eva.core.projection import Tables
 from eva.core.recall_index import PostingBuffer
 from eva.core.recall_search import search
+from eva.core.tables import Tables
 from eva.core.terms import terms
 
 ROOT = Path(__file__).resolve().parent.parent

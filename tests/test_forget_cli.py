@@ -18,8 +18,8 @@ from eva.cli.main import main as eva_main
 from eva.core.events import MessageDeleted, MessagePosted
 from eva.core.forget import person_hash
 from eva.core.keys import StreamId
-from eva.core.projection import Tables
 from eva.core.summarize import OfflineSummarizer
+from eva.core.tables import Tables
 from eva.memory.build import Memory
 from eva.store.event_store import EventStore
 from eva.store.lmdb_kv import open_backend

@@ -18,9 +18,9 @@ from eva.core.digest import encoded_rows, table_digest
 from eva.core.events import MessageDeleted, MessageEdited, MessagePosted, MessagesErased
 from eva.core.keys import StreamId, prefix_end, stream_prefix
 from eva.core.memtables import MemoryTables
-from eva.core.projection import Tables
 from eva.core.recall_index import POSTINGS, PostingBuffer, PreparedStream
 from eva.core.replay import POSTINGS_BATCH
+from eva.core.tables import Tables
 from eva.store import index_worker, lmdb_kv
 from eva.store import replay as replay_module
 from eva.store.event_store import EventStore

@@ -33,10 +33,12 @@ from eva.core.events import (
     ToolCalled,
 )
 from eva.core.keys import StreamId
-from eva.core.projection import INDEX_CHUNK, Rejected, Tables, indexed_upto
+from eva.core.projection import INDEX_CHUNK, Rejected, indexed_upto
 from eva.core.recall_search import search
 from eva.core.render import LINE_LIMIT_BYTES
+from eva.core.slots import SLOT_BLOCK
 from eva.core.state import decode_meta, encode_record
+from eva.core.tables import Tables
 from eva.store import lmdb_kv
 from eva.store import replay as replay_module
 from eva.store.event_store import READ_CHUNK, Appended, Batch, EventStore
@@ -338,6 +340,57 @@ class StoreContract:
         assert (meta.messages, meta.deleted) == (3, 1)
         with pytest.raises(Rejected, match="deleted"):
             store.append(A, [MessageEdited(at_ms=7, index=0, message_id=1000, content="x")])
+        assert_replays(store)
+
+    def test_slots_of_a_whole_block_are_in_the_table_and_the_rest_in_the_record(
+        self, store: EventStore
+    ) -> None:
+        # The same 37 posts to A in uneven batches and to B one by one: where each
+        # slot is kept depends on the messages alone, and every message reads the same.
+        sizes = [1, 5, 16, 3, 12]
+        start = 0
+        for size in sizes:
+            store.append(A, [posted(i) for i in range(start, start + size)])
+            start += size
+        for i in range(37):
+            store.append(B, [posted(i)])
+
+        def kept(stream: StreamId) -> tuple[list[int], int]:
+            prefix = keys.stream_prefix(stream)
+            with store.backend.reading() as tables:
+                held = tables.scan("messages", prefix, keys.prefix_end(prefix))
+                in_table = [keys.seq_of(key) for key, _ in held]
+            meta = store.meta(stream)
+            assert meta is not None
+            return in_table, len(meta.open_slots)
+
+        assert kept(A) == kept(B) == (list(range(SLOT_BLOCK * 2)), 37 - SLOT_BLOCK * 2)
+        texts = [message.content for _, message in store.messages(A, 0, 37)]
+        assert texts == [f"message {i}" for i in range(37)]
+        assert [i for i, _ in store.messages(A, 30, 40)] == list(range(30, 37))
+        assert store.message(A, 36) is not None and store.message(A, 37) is None
+
+        # An edit and a deletion change a slot where it is kept, in the table or the record.
+        for index in (3, 33):
+            store.append(
+                A, [MessageEdited(at_ms=9, index=index, message_id=1000 + index, content="new")]
+            )
+        for index in (4, 34):
+            store.append(A, [MessageDeleted(at_ms=9, index=index, message_id=1000 + index)])
+        assert kept(A) == (list(range(SLOT_BLOCK * 2)), 37 - SLOT_BLOCK * 2)
+        changed = {i: m for i, m in store.messages(A, 0, 37) if m.content == "new" or m.deleted}
+        assert {i: (m.content, m.deleted) for i, m in changed.items()} == {
+            3: ("new", False),
+            4: ("message 4", True),
+            33: ("new", False),
+            34: ("message 34", True),
+        }
+        with pytest.raises(Rejected, match="deleted"):
+            store.append(A, [MessageEdited(at_ms=9, index=34, message_id=1034, content="x")])
+        store.append(A, [posted(i) for i in range(37, 48)])  # fills the third block
+        assert kept(A) == (list(range(SLOT_BLOCK * 3)), 0)
+        message = store.message(A, 34)
+        assert message is not None and message.deleted
         assert_replays(store)
 
     def test_lines_by_address(self, store: EventStore) -> None:
@@ -644,6 +697,55 @@ class TestLmdbStore(StoreContract):
         with once_more.reading() as tables:
             assert list(tables.scan("discord_ids", b"", b"\xff" * 25)) == rekeyed
         once_more.close()
+
+    def test_slots_kept_all_in_the_table_move_to_the_record_once_at_open(
+        self, tmp_path: Path
+    ) -> None:
+        # A data directory written while every slot was kept in `messages`: opening it
+        # moves the slots past each stream's last whole block into its record, once.
+        path = tmp_path / "older"
+        backend = lmdb_kv.open_backend(path)
+        store = EventStore(backend)
+        store.append(A, [posted(i) for i in range(SLOT_BLOCK + 3)])
+        store.append(A, [MessageDeleted(at_ms=9, index=SLOT_BLOCK + 1, message_id=1017)])
+        store.append(B, [posted(i) for i in range(SLOT_BLOCK)])
+        store.append(C, [posted(0)])
+
+        def as_written_before(tables: Tables) -> None:
+            for key, data in list(tables.scan("streams", b"", b"\xff" * 17)):
+                meta = decode_meta(data)
+                stream = keys.stream_of(key)
+                first = meta.messages - len(meta.open_slots)
+                for offset, slot in enumerate(meta.open_slots):
+                    tables.put(
+                        "messages", keys.message_key(stream, first + offset), encode_record(slot)
+                    )
+                meta.open_slots = []
+                tables.put("streams", key, encode_record(meta))
+            tables.delete("layout", keys.MESSAGE_SLOTS_IN_BLOCKS)
+
+        backend.write(as_written_before)
+        before = {s: store.messages(s, 0, 100) for s in (A, B, C)}
+        backend.close()
+
+        reopened = lmdb_kv.open_backend(path)
+        again = EventStore(reopened)
+        assert {s: again.messages(s, 0, 100) for s in (A, B, C)} == before
+        opened = {s: again.meta(s) for s in (A, B, C)}
+        assert {s: len(m.open_slots) for s, m in opened.items() if m is not None} == {
+            A: 3,
+            B: 0,
+            C: 1,
+        }
+        assert_replays(again)
+        again.append(A, [posted(i) for i in range(SLOT_BLOCK + 3, SLOT_BLOCK * 2)])
+        assert [i for i, _ in again.messages(A, 0, 100)] == list(range(SLOT_BLOCK * 2))
+        assert_replays(again)
+        record = again.meta(A)
+        reopened.close()
+        once_more = EventStore(lmdb_kv.open_backend(path))
+        assert once_more.meta(A) == record
+        once_more.backend.close()
 
     def test_append_many_is_one_commit(self, store: EventStore) -> None:
         backend = store.backend

@@ -18,8 +18,10 @@ import msgspec
 from eva.core import keys
 from eva.core.events import AnyEvent, LineWritten, MessageEdited, MessagePosted, decode_event
 from eva.core.keys import StreamId
-from eva.core.projection import Tables
-from eva.core.state import MessageSlot, decode_line_slot, decode_slot
+from eva.core.projection import read_meta
+from eva.core.slots import read_slot, read_slots
+from eva.core.state import MessageSlot, StreamMeta, decode_line_slot
+from eva.core.tables import Tables
 
 _PEPPER = b"eva-forget-v1:"
 PROOF_MIN_BYTES = 8
@@ -32,11 +34,12 @@ def person_hash(person_id: int) -> str:
 
 def person_messages(tables: Tables, stream: StreamId, person: str) -> tuple[int, ...]:
     """The indexes of the not yet erased messages of the person whose hash is `person`."""
-    prefix = keys.stream_prefix(stream)
+    meta = read_meta(tables, stream)
+    if meta is None:
+        return ()
     indexes: list[int] = []
     hashes: dict[int, str] = {}
-    for key, data in tables.scan("messages", prefix, keys.prefix_end(prefix)):
-        slot = decode_slot(data)
+    for index, slot in read_slots(tables, stream, meta, 0, meta.messages):
         if slot.deleted:
             continue
         posted = _event(tables, stream, slot.posted_seq)
@@ -46,7 +49,7 @@ def person_messages(tables: Tables, stream: StreamId, person: str) -> tuple[int,
             author = hashes[posted.author_id] = person_hash(posted.author_id)
         if author != person:
             continue
-        indexes.append(keys.seq_of(key))
+        indexes.append(index)
     return tuple(indexes)
 
 
@@ -89,19 +92,24 @@ def purge_plan(tables: Tables, stream: StreamId) -> Iterator[tuple[int, AnyEvent
     That is: the texts of erased messages, old texts of edited messages, and
     superseded lines (lines made again after a forget, a deletion or an edit).
     """
+    meta = read_meta(tables, stream)
+    if meta is None:
+        return
     prefix = keys.stream_prefix(stream)
     for key, data in tables.scan("events", prefix, keys.prefix_end(prefix)):
         event = decode_event(data)
         seq = keys.seq_of(key)
-        cleaned = _cleaned(tables, stream, seq, event)
+        cleaned = _cleaned(tables, stream, meta, seq, event)
         if cleaned is not None:
             yield seq, cleaned
 
 
-def _cleaned(tables: Tables, stream: StreamId, seq: int, event: AnyEvent) -> AnyEvent | None:
+def _cleaned(
+    tables: Tables, stream: StreamId, meta: StreamMeta, seq: int, event: AnyEvent
+) -> AnyEvent | None:
     match event:
         case MessagePosted():
-            slot = _slot(tables, stream, event.index)
+            slot = _slot(tables, stream, meta, event.index)
             if slot.deleted:
                 wordless = msgspec.structs.replace(
                     event, author_name="", content="", attachments=(), reply_to=None
@@ -112,7 +120,7 @@ def _cleaned(tables: Tables, stream: StreamId, seq: int, event: AnyEvent) -> Any
                 return None
             return None if wordless == event else wordless
         case MessageEdited():
-            slot = _slot(tables, stream, event.index)
+            slot = _slot(tables, stream, meta, event.index)
             if slot.deleted or slot.content_seq != seq:
                 blank = msgspec.structs.replace(event, content="", attachments=())
                 return None if blank == event else blank
@@ -127,11 +135,11 @@ def _cleaned(tables: Tables, stream: StreamId, seq: int, event: AnyEvent) -> Any
             return None
 
 
-def _slot(tables: Tables, stream: StreamId, index: int) -> MessageSlot:
-    data = tables.get("messages", keys.message_key(stream, index))
-    if data is None:
+def _slot(tables: Tables, stream: StreamId, meta: StreamMeta, index: int) -> MessageSlot:
+    slot = read_slot(tables, stream, meta, index)
+    if slot is None:
         raise LookupError(f"{stream}: no message at index {index}")
-    return decode_slot(data)
+    return slot
 
 
 def proof_texts(forgotten: list[str], surviving: list[str]) -> list[str]:

@@ -34,12 +34,16 @@ PROJECTION_TABLES: Final[tuple[Table, ...]] = (
 # went out in (keyed by the task's fingerprint), so a restart takes up a batch
 # in flight instead of paying for its tasks again. Not derived from events.
 BATCHES: Final = "batches"
-# Which layout a data directory's keys follow, where it changed (`DISCORD_IDS_BY_MESSAGE`).
+# Which layout a data directory follows, where it changed (`DISCORD_IDS_BY_MESSAGE`,
+# `MESSAGE_SLOTS_IN_BLOCKS`).
 LAYOUT: Final = "layout"
 ALL_TABLES: Final[tuple[Table, ...]] = ("events", *PROJECTION_TABLES, BATCHES, LAYOUT)
 DISCORD_IDS_BY_MESSAGE: Final = b"discord_ids"
 """The `layout` entry saying that `discord_ids` keys start with the message id; a data
 directory written before holds keys that start with the stream prefix."""
+MESSAGE_SLOTS_IN_BLOCKS: Final = b"message_slots"
+"""The `layout` entry saying that the slots past a stream's last whole block are kept in
+its record (eva.core.slots); a data directory written before holds them in `messages`."""
 
 _U64 = struct.Struct(">Q")
 _PREFIX = struct.Struct(">QQ")

@@ -8,8 +8,8 @@
 # rejected with `Rejected` before anything of its batch is kept.
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Protocol, assert_never
+from collections.abc import Iterable, Mapping, Sequence
+from typing import assert_never
 
 from eva.core import keys
 from eva.core.events import (
@@ -27,45 +27,18 @@ from eva.core.events import (
     ToolCalled,
     decode_event,
 )
-from eva.core.keys import StreamId, Table
+from eva.core.keys import StreamId
 from eva.core.recall_index import PostingBuffer
 from eva.core.render import LINE_LIMIT_BYTES, render_message, utf8_size
+from eva.core.slots import add_slots, put_slot, read_slot, read_slots
 from eva.core.state import (
     LineSlot,
     MessageSlot,
     StreamMeta,
     decode_meta,
-    decode_slot,
     encode_record,
 )
-
-
-class Tables(Protocol):
-    """Byte-keyed tables inside one transaction."""
-
-    def get(self, table: Table, key: bytes) -> bytes | None: ...
-
-    def put(self, table: Table, key: bytes, value: bytes) -> None: ...
-
-    def put_many(self, table: Table, entries: Iterable[tuple[bytes, bytes]]) -> None:
-        """Put each (key, value), as `put` would one by one."""
-        ...
-
-    def delete(self, table: Table, key: bytes) -> None: ...
-
-    def holds_any(self, table: Table, keys: Iterable[bytes]) -> bool:
-        """Whether the table holds at least one of `keys`."""
-        ...
-
-    def transaction_id(self) -> int | None:
-        """The id of the transaction (LMDB's: one more than the last commit's, for a
-        write), or None where there is none."""
-        ...
-
-    def scan(self, table: Table, start: bytes, stop: bytes) -> Iterator[tuple[bytes, bytes]]:
-        """Entries with start <= key < stop, in key order."""
-        ...
-
+from eva.core.tables import Tables
 
 INDEX_CHUNK = 512
 """Messages enter the recall index in whole chunks of this many, when a chunk fills.
@@ -264,16 +237,13 @@ class Projector:
         )
         sizes = [rendered_size(e.author_name, e.content, e.attachments) for e in events]
         slots = [
-            encode_record(MessageSlot(posted_seq=seq, content_seq=seq, size=size))
+            MessageSlot(posted_seq=seq, content_seq=seq, size=size)
             for seq, size in zip(range(first_seq, first_seq + count), sizes, strict=True)
         ]
-        tables.put_many(
-            "messages", zip(keys.message_keys(stream, first_index, count), slots, strict=True)
-        )
+        add_slots(tables, stream, meta, slots)
         if first_index == 0:
             meta.first_ms = events[0].at_ms
         meta.last_ms = max(meta.last_ms, max(event.at_ms for event in events))
-        meta.messages += count
         added = sum(sizes)
         meta.unleafed_bytes += added
         meta.tail_bytes += added
@@ -291,7 +261,7 @@ class Projector:
         # Each chunk that fills: from the first chunk end past first_index on.
         chunk_end = first_index + 1 + (-(first_index + 1 + chunk_shift(stream))) % INDEX_CHUNK
         while chunk_end <= end:
-            self._index_chunk(stream, max(0, chunk_end - INDEX_CHUNK), chunk_end)
+            self._index_chunk(stream, meta, max(0, chunk_end - INDEX_CHUNK), chunk_end)
             chunk_end += INDEX_CHUNK
         meta.position = first_seq + count
 
@@ -307,18 +277,16 @@ class Projector:
             raise Rejected(f"{stream}: message id {message_id} is already stored")
         tables.put("discord_ids", id_key, keys.encode_u64(index))
         size = rendered_size(event.author_name, event.content, event.attachments)
-        slot = MessageSlot(posted_seq=seq, content_seq=seq, size=size)
-        tables.put("messages", keys.message_key(stream, index), encode_record(slot))
+        add_slots(tables, stream, meta, [MessageSlot(posted_seq=seq, content_seq=seq, size=size)])
         if index == 0:
             meta.first_ms = at_ms
         if at_ms > meta.last_ms:
             meta.last_ms = at_ms
-        meta.messages += 1
         meta.unleafed_bytes += size
         meta.tail_bytes += size
         self._open_text(stream, index, indexed_text(event.content, event.attachments))
         if indexed_upto(stream, meta.messages) == meta.messages:
-            self._index_chunk(stream, max(0, meta.messages - INDEX_CHUNK), meta.messages)
+            self._index_chunk(stream, meta, max(0, meta.messages - INDEX_CHUNK), meta.messages)
 
     def _open_text(self, stream: StreamId, index: int, text: str | None) -> None:
         texts = self._open_texts.get(stream)
@@ -326,17 +294,16 @@ class Projector:
             texts = self._open_texts[stream] = {}
         texts[index] = text
 
-    def _index_chunk(self, stream: StreamId, start: int, stop: int) -> None:
+    def _index_chunk(self, stream: StreamId, meta: StreamMeta, start: int, stop: int) -> None:
         """Index the messages start..stop-1 that are not erased, with their text now."""
         texts = self._open_texts.get(stream, {})
         for index in range(start, stop):
             if index in texts:
                 text = texts.pop(index)
             else:
-                data = self._tables.get("messages", keys.message_key(stream, index))
-                if data is None:
+                slot = read_slot(self._tables, stream, meta, index)
+                if slot is None:
                     raise Rejected(f"{stream}: message {index} is missing from its chunk")
-                slot = decode_slot(data)
                 text = None if slot.deleted else self._indexed(stream, slot)
             if text is not None:
                 self._postings.add(stream, index, text)
@@ -352,17 +319,17 @@ class Projector:
         if text is not None:
             self._postings.add(stream, index, text)
 
-    def _slot(self, stream: StreamId, index: int, message_id: int) -> MessageSlot:
+    def _slot(self, stream: StreamId, meta: StreamMeta, index: int, message_id: int) -> MessageSlot:
         if not (0 <= index <= keys.MAX_U64 and 0 <= message_id <= keys.MAX_U64):
             raise Rejected(f"{stream}: no message {message_id} at index {index}")
-        data = self._tables.get("messages", keys.message_key(stream, index))
+        slot = read_slot(self._tables, stream, meta, index)
         stored = self._tables.get("discord_ids", keys.discord_id_key(stream, message_id))
-        if data is None or stored is None or keys.decode_u64(stored) != index:
+        if slot is None or stored is None or keys.decode_u64(stored) != index:
             raise Rejected(f"{stream}: no message {message_id} at index {index}")
-        return decode_slot(data)
+        return slot
 
     def _edited(self, stream: StreamId, meta: StreamMeta, seq: int, event: MessageEdited) -> None:
-        slot = self._slot(stream, event.index, event.message_id)
+        slot = self._slot(stream, meta, event.index, event.message_id)
         if slot.deleted:
             raise Rejected(f"{stream}: message {event.index} was deleted; it cannot be edited")
         posted = self._posted_event(stream, slot)
@@ -372,20 +339,19 @@ class Projector:
         self._reindex(stream, meta, event.index, slot, text)
         slot.content_seq = seq
         slot.size = size
-        self._tables.put("messages", keys.message_key(stream, event.index), encode_record(slot))
+        put_slot(self._tables, stream, meta, event.index, slot)
         self._mark_stale(stream, meta, event.index)
 
     def _deleted(self, stream: StreamId, meta: StreamMeta, event: MessageDeleted) -> None:
-        slot = self._slot(stream, event.index, event.message_id)
+        slot = self._slot(stream, meta, event.index, event.message_id)
         if not slot.deleted:
             self._erase(stream, meta, event.index, slot)
 
     def _erased(self, stream: StreamId, meta: StreamMeta, event: MessagesErased) -> None:
         for index in event.indexes:
-            data = self._tables.get("messages", keys.message_key(stream, index))
-            if data is None:
+            slot = read_slot(self._tables, stream, meta, index)
+            if slot is None:
                 raise Rejected(f"{stream}: no message at index {index} to erase")
-            slot = decode_slot(data)
             if not slot.deleted:
                 self._erase(stream, meta, index, slot)
 
@@ -396,7 +362,7 @@ class Projector:
         slot.deleted = True
         slot.size = 0
         meta.deleted += 1
-        self._tables.put("messages", keys.message_key(stream, index), encode_record(slot))
+        put_slot(self._tables, stream, meta, index, slot)
         self._mark_stale(stream, meta, index)
 
     def _mark_stale(self, stream: StreamId, meta: StreamMeta, index: int) -> None:
@@ -437,9 +403,9 @@ class Projector:
             raise Rejected(f"{stream}: event {slot.content_seq} holds no message text")
         return indexed_text(event.content, event.attachments)
 
-    def _size(self, stream: StreamId, index: int) -> int:
-        data = self._tables.get("messages", keys.message_key(stream, index))
-        return 0 if data is None else decode_slot(data).size
+    def _size(self, stream: StreamId, meta: StreamMeta, index: int) -> int:
+        slot = read_slot(self._tables, stream, meta, index)
+        return 0 if slot is None else slot.size
 
     def _line(self, stream: StreamId, meta: StreamMeta, seq: int, event: LineWritten) -> None:
         size, start = event.size, event.start
@@ -483,7 +449,7 @@ class Projector:
         if size == 1 and start == meta.leaf_frontier:
             frontier = start
             while frontier < meta.messages and self._has_line(stream, meta, frontier, 1):
-                meta.unleafed_bytes -= self._size(stream, frontier)
+                meta.unleafed_bytes -= self._size(stream, meta, frontier)
                 frontier += 1
             meta.leaf_frontier = frontier
 
@@ -532,10 +498,7 @@ class Projector:
             )
         old, new = meta.row_frontier, event.frontier
         low, high = min(old, new), max(old, new)
-        slots = self._tables.scan(
-            "messages", keys.message_key(stream, low), keys.message_key(stream, high)
-        )
-        moved = sum(decode_slot(data).size for _, data in slots)
+        moved = sum(slot.size for _, slot in read_slots(self._tables, stream, meta, low, high))
         meta.tail_bytes += moved if new < old else -moved
         meta.row_frontier = new
         meta.row_bytes = event.row_bytes

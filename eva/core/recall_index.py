@@ -32,7 +32,7 @@ from eva.core.keys import StreamId, Table, stream_prefix
 from eva.core.terms import MAX_TERM_CHARS, term_bytes
 
 if TYPE_CHECKING:  # the projector imports this module
-    from eva.core.projection import Tables
+    from eva.core.tables import Tables
 
 POSTINGS: Final[Table] = "postings"
 BUCKET_BITS: Final = 12

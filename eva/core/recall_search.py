@@ -18,13 +18,13 @@ import numpy as np
 import numpy.typing as npt
 
 from eva.core.keys import StreamId, stream_prefix
-from eva.core.projection import Tables
 from eva.core.recall_index import (
     POSTING_SIZE,
     open_postings,
     read_totals,
     term_postings,
 )
+from eva.core.tables import Tables
 from eva.core.terms import term_bytes
 
 # A term in more messages than this is scored only for messages that rarer

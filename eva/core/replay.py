@@ -13,8 +13,9 @@ from eva.core.digest import TableDigests, combined_digest, table_digest
 from eva.core.events import MessagePosted, decode_event
 from eva.core.keys import DISCORD_IDS, PROJECTION_TABLES, StreamId, Table
 from eva.core.memtables import MemoryTables
-from eva.core.projection import Projector, Tables
+from eva.core.projection import Projector
 from eva.core.recall_index import PostingBuffer
+from eva.core.tables import Tables
 
 ProjectionRows = dict[Table, list[tuple[bytes, bytes]]]
 

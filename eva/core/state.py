@@ -9,6 +9,15 @@ from __future__ import annotations
 import msgspec
 
 
+class MessageSlot(msgspec.Struct, array_like=True, gc=False):
+    """A message by index: the event that posted it and the one holding its text now."""
+
+    posted_seq: int
+    content_seq: int
+    deleted: bool = False
+    size: int = 0  # bytes of the rendered message (its leaf text if it fits); 0 once deleted
+
+
 class StreamMeta(msgspec.Struct, array_like=True, gc=False):
     """Where a stream's projections stand: the position reached and its counts."""
 
@@ -34,15 +43,8 @@ class StreamMeta(msgspec.Struct, array_like=True, gc=False):
     forgetting: list[str] = msgspec.field(default_factory=list)  # forgets not yet applied
     reply_month: str = ""  # the month (YYYY-MM) `replies` counts
     replies: int = 0  # replies Eva wrote in this channel in `reply_month`
-
-
-class MessageSlot(msgspec.Struct, array_like=True, gc=False):
-    """A message by index: the event that posted it and the one holding its text now."""
-
-    posted_seq: int
-    content_seq: int
-    deleted: bool = False
-    size: int = 0  # bytes of the rendered message (its leaf text if it fits); 0 once deleted
+    # Slots of the messages past the last whole block (eva.core.slots), oldest first.
+    open_slots: list[MessageSlot] = msgspec.field(default_factory=list)
 
 
 class LineSlot(msgspec.Struct, array_like=True, gc=False):

@@ -16,7 +16,7 @@ import msgspec
 import trio
 
 from eva.core.keys import BATCHES
-from eva.core.projection import Tables
+from eva.core.tables import Tables
 from eva.store.kv import Backend
 
 KEEP_DAYS = 29

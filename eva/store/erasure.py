@@ -16,7 +16,7 @@ from eva.core import keys
 from eva.core.events import AnyEvent, encode_event
 from eva.core.forget import purge_plan
 from eva.core.keys import StreamId
-from eva.core.projection import Tables
+from eva.core.tables import Tables
 from eva.store.event_store import EventStore
 
 REWRITE_CHUNK = 2048

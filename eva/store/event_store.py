@@ -25,15 +25,16 @@ from eva.core.events import (
     encode_event,
 )
 from eva.core.keys import StreamId
-from eva.core.projection import Projector, Rejected, Tables, read_meta
+from eva.core.projection import Projector, Rejected, read_meta
+from eva.core.slots import read_slot, read_slots
 from eva.core.state import (
     MessageSlot,
     StreamMeta,
     decode_line_slot,
     decode_meta,
-    decode_slot,
     encode_record,
 )
+from eva.core.tables import Tables
 from eva.store.kv import Backend
 
 READ_CHUNK = 4096
@@ -244,8 +245,10 @@ class EventStore:
         self, stream: StreamId, start: int = 0, stop: int | None = None
     ) -> Iterator[tuple[int, bytes]]:
         """The stored bytes of the stream's events, in order."""
-        end = keys.event_key(stream, stop) if stop is not None else keys.prefix_end(
-            keys.stream_prefix(stream)
+        end = (
+            keys.event_key(stream, stop)
+            if stop is not None
+            else keys.prefix_end(keys.stream_prefix(stream))
         )
         position = start
         while True:
@@ -324,9 +327,7 @@ class EventStore:
                 found[address_at(*keys.address_of_line_key(key))] = _line_of(tables, stream, data)
         return found
 
-    def messages(
-        self, stream: StreamId, start: int, stop: int
-    ) -> list[tuple[int, StoredMessage]]:
+    def messages(self, stream: StreamId, start: int, stop: int) -> list[tuple[int, StoredMessage]]:
         """Messages start..stop-1 that were stored, erased ones too, in one transaction."""
         with self.backend.reading() as tables:
             return list(read_messages(tables, stream, start, stop, deleted=True))
@@ -347,16 +348,15 @@ class EventStore:
 
     def sizes_newest_first(self, stream: StreamId, stop: int) -> Iterator[tuple[int, int]]:
         """(index, rendered bytes) of messages from the newest back to `stop`."""
-        meta = self.meta(stream)
-        if meta is None:
-            return
         with self.backend.reading() as tables:
+            meta = read_meta(tables, stream)
+            if meta is None:
+                return
             sizes = [
-                (index, decode_slot(data).size)
-                for index in range(meta.messages - 1, stop - 1, -1)
-                if (data := tables.get("messages", keys.message_key(stream, index))) is not None
+                (index, slot.size)
+                for index, slot in read_slots(tables, stream, meta, stop, meta.messages)
             ]
-        yield from sizes
+        yield from reversed(sizes)
 
     def published_row(self, stream: StreamId) -> RowPublished | None:
         """The row Eva reads now, if one was published."""
@@ -373,21 +373,21 @@ class EventStore:
 
 def read_message(tables: Tables, stream: StreamId, index: int) -> StoredMessage | None:
     """A message by index inside an open transaction."""
-    data = tables.get("messages", keys.message_key(stream, index))
-    return None if data is None else _message_of(tables, stream, decode_slot(data))
+    meta = read_meta(tables, stream)
+    slot = None if meta is None else read_slot(tables, stream, meta, index)
+    return None if slot is None else _message_of(tables, stream, slot)
 
 
 def read_messages(
     tables: Tables, stream: StreamId, start: int, stop: int, *, deleted: bool = False
 ) -> Iterator[tuple[int, StoredMessage]]:
     """Messages start..stop-1 in order (erased ones only if `deleted`), in one scan."""
-    found = tables.scan(
-        "messages", keys.message_key(stream, start), keys.message_key(stream, stop)
-    )
-    for key, data in found:
-        slot = decode_slot(data)
+    meta = read_meta(tables, stream)
+    if meta is None:
+        return
+    for index, slot in read_slots(tables, stream, meta, start, stop):
         if deleted or not slot.deleted:
-            yield keys.seq_of(key), _message_of(tables, stream, slot)
+            yield index, _message_of(tables, stream, slot)
 
 
 def _message_of(tables: Tables, stream: StreamId, slot: MessageSlot) -> StoredMessage:

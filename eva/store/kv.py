@@ -11,7 +11,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Protocol, TypeVar
 
-from eva.core.projection import Tables
+from eva.core.tables import Tables
 
 T = TypeVar("T")
 

@@ -26,10 +26,12 @@ from eva.core.keys import (
     ALL_TABLES,
     DISCORD_IDS_BY_MESSAGE,
     LAYOUT,
+    MESSAGE_SLOTS_IN_BLOCKS,
     Table,
     stream_first_discord_id_key,
 )
-from eva.core.projection import Tables
+from eva.core.slots import hold_open_slots
+from eva.core.tables import Tables
 
 T = TypeVar("T")
 
@@ -198,13 +200,13 @@ class LmdbBackend:
         }
 
     def _follow_layout(self) -> None:
-        """Bring keys a data directory holds in an older layout to the one used now, in
+        """Bring what a data directory holds in an older layout to the one used now, in
         one transaction (so a crash leaves it all old or all new), once; a directory
         that holds none is marked as following it."""
         with self.reading() as tables:
-            if tables.get(LAYOUT, DISCORD_IDS_BY_MESSAGE) is not None:
+            if all(tables.get(LAYOUT, marker) is not None for marker, _ in LAYOUT_STEPS):
                 return
-        self.write(_discord_ids_by_message)
+        self.write(_follow_layout)
 
     def reading(self) -> _Reading:
         """A read transaction, as a `with` block. Never hold one while calling `write`
@@ -299,18 +301,31 @@ def open_backend(path: Path | str, map_bytes: int = INITIAL_MAP_BYTES) -> LmdbBa
         return backend
 
 
+def _follow_layout(tables: Tables) -> None:
+    """Take each step of LAYOUT_STEPS not taken yet (a process may have taken it while this
+    one waited for the write), and mark it taken."""
+    for marker, step in LAYOUT_STEPS:
+        if tables.get(LAYOUT, marker) is None:
+            step(tables)
+            tables.put(LAYOUT, marker, b"")
+
+
 def _discord_ids_by_message(tables: Tables) -> None:
-    """Rewrite `discord_ids` keys from the stream-first layout (unless a process did while
-    this one waited for the write) and mark the layout."""
-    if tables.get(LAYOUT, DISCORD_IDS_BY_MESSAGE) is not None:
-        return
+    """Rewrite `discord_ids` keys from the stream-first layout to the message-first one."""
     stream_first = list(tables.scan("discord_ids", b"", b"\xff" * 25))
     for key, _ in stream_first:
         tables.delete("discord_ids", key)
     tables.put_many(
         "discord_ids", sorted((stream_first_discord_id_key(k), v) for k, v in stream_first)
     )
-    tables.put(LAYOUT, DISCORD_IDS_BY_MESSAGE, b"")
+
+
+LAYOUT_STEPS: tuple[tuple[bytes, Callable[[Tables], None]], ...] = (
+    (DISCORD_IDS_BY_MESSAGE, _discord_ids_by_message),
+    (MESSAGE_SLOTS_IN_BLOCKS, hold_open_slots),
+)
+"""How a data directory is brought to the layout used now, in order: each step under the
+`layout` entry that marks it taken."""
 
 
 def _copy_live(source: Any, dbs: dict[Table, Any], target: Path, map_bytes: int) -> None:

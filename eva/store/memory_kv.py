@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from typing import TypeVar
 
 from eva.core.memtables import MemoryTables, OverlayTables
-from eva.core.projection import Tables
+from eva.core.tables import Tables
 
 T = TypeVar("T")
 

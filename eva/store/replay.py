@@ -23,9 +23,10 @@ from eva.core.digest import (
     encoded_rows,
 )
 from eva.core.keys import DISCORD_IDS, PROJECTION_TABLES, StreamId
-from eva.core.projection import Tables, read_meta
+from eva.core.projection import read_meta
 from eva.core.recall_index import POSTINGS
 from eva.core.replay import discord_id_rows, projection_rows, rebuild, rebuilt_digests
+from eva.core.tables import Tables
 from eva.store.event_store import EventStore
 from eva.store.index_worker import IndexWorker, open_index_worker
 from eva.store.no_gc import no_cyclic_gc
