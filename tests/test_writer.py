@@ -17,13 +17,8 @@ import trio.testing
 from eva.core.events import AnyEvent, LineWritten, MessagePosted
 from eva.core.keys import StreamId
 from eva.core.projection import Rejected
-from eva.live.writer import (
-    BACKGROUND_EVENTS_ALONE,
-    BACKGROUND_EVENTS_QUIET,
-    BACKGROUND_PATIENCE,
-    MAX_GROUP,
-    open_writer,
-)
+from eva.live.pace import ALONE_EVENTS, QUIET_EVENTS, Pace
+from eva.live.writer import open_writer
 from eva.store.event_store import Appended, EventStore
 from eva.store.lmdb_kv import open_backend
 
@@ -94,12 +89,13 @@ async def test_people_go_first_and_lines_go_in_short_commits_of_their_own(
     tmp_path: Path, process: bool
 ) -> None:
     """Queued behind thousands of lines, a post lands in the next commit, alone; then,
-    while people post, the lines go in groups of their own of about
-    BACKGROUND_EVENTS_ALONE events (the first append of a group goes whole)."""
+    while people post at an everyday rate, the lines go in groups of their own of about
+    ALONE_EVENTS events (the first append of a group goes whole)."""
     store = store_in(tmp_path)
     landed: list[tuple[str, int]] = []  # (what, the commit it landed in)
 
-    async with open_writer(store, process=process, quiet_after_s=math.inf) as writer:
+    everyday = Pace(quiet_after_s=math.inf, every_s=math.inf, busy_messages_per_s=math.inf)
+    async with open_writer(store, process=process, pace=everyday) as writer:
         await writer.append(A, [posted(i) for i in range(2412)])
 
         async def send(
@@ -126,7 +122,7 @@ async def test_people_go_first_and_lines_go_in_short_commits_of_their_own(
     commit = {what: number - start for what, number in landed}
     assert commit["post"] == 1
     assert [commit[f"lines {n}"] for n in range(8)] == list(range(2, 10))
-    assert BACKGROUND_EVENTS_ALONE < 300
+    assert ALONE_EVENTS < 300
     # Short appends share a commit, up to the limit.
     assert {commit[f"line {n}"] for n in range(12)} == {10}
     meta = store.meta(A)
@@ -136,7 +132,7 @@ async def test_people_go_first_and_lines_go_in_short_commits_of_their_own(
 async def test_lines_go_in_long_commits_once_nobody_posts(tmp_path: Path) -> None:
     store = store_in(tmp_path)
     landed: dict[int, int] = {}  # append number -> the commit it landed in
-    async with open_writer(store, quiet_after_s=0.005) as writer:
+    async with open_writer(store, pace=Pace(quiet_after_s=0.005)) as writer:
         await writer.append(A, [posted(i) for i in range(2400)])
         start = writer.statistics().commits
 
@@ -151,42 +147,37 @@ async def test_lines_go_in_long_commits_once_nobody_posts(tmp_path: Path) -> Non
             for number in range(8):
                 nursery.start_soon(send, number)
                 await trio.testing.wait_all_tasks_blocked()
-    # About BACKGROUND_EVENTS_QUIET at a time: the group that passes it ends.
-    assert BACKGROUND_EVENTS_QUIET == 1024
+    # About QUIET_EVENTS at a time: the group that passes it ends.
+    assert QUIET_EVENTS == 1024
     assert landed == {0: 1, 1: 1, 2: 1, 3: 1, 4: 2, 5: 2, 6: 2, 7: 2}
 
 
-async def test_lines_go_along_once_enough_groups_of_posts_passed_them_over(
-    tmp_path: Path,
-) -> None:
+async def test_in_a_burst_a_line_waits_for_its_turn_while_posts_go(tmp_path: Path) -> None:
     store = store_in(tmp_path)
-    line_commit: list[int] = []
-    async with open_writer(store) as writer:
+    # Every rate of people's messages counts as a burst, measured at every group.
+    burst = Pace(quiet_after_s=math.inf, every_s=0.3, busy_messages_per_s=0, window_s=0)
+    line_landed: list[float] = []
+    posts = 0
+    async with open_writer(store, pace=burst) as writer:
+        started = trio.current_time()
         await writer.append(A, [posted(0)])
-        start = writer.statistics().commits
 
         async def line() -> None:
-            await writer.append(
-                A, leaves(0, 1), lambda: line_commit.append(writer.statistics().commits),
-                background=True,
-            )
+            def stored() -> None:
+                line_landed.append(trio.current_time())
 
-        async def post(number: int) -> None:
-            await writer.append(StreamId(2, number), [posted(0)])
+            await writer.append(A, leaves(0, 1), stored, background=True)
 
-        async with trio.open_nursery() as nursery, writer.paused():
+        async with trio.open_nursery() as nursery:
             nursery.start_soon(line)
-            await trio.testing.wait_all_tasks_blocked()
-            # More groups of posts than the line lets pass it over.
-            for number in range((BACKGROUND_PATIENCE + 2) * MAX_GROUP):
-                nursery.start_soon(post, number)
-            await trio.testing.wait_all_tasks_blocked()
-        stats = writer.statistics()
-    # The line rode along with the group after the groups that passed it over,
-    # while posts still waited for later groups.
-    assert line_commit == [start + BACKGROUND_PATIENCE + 1]
-    assert stats.commits - start > BACKGROUND_PATIENCE + 1
-    assert stats.largest_group == MAX_GROUP + 1
+            with trio.fail_after(10):
+                while not line_landed:
+                    posts += 1
+                    await writer.append(StreamId(2, posts), [posted(0)])
+                    await trio.sleep(0.005)  # the line alone would go now, were it not a burst
+    # The writer started a moment before `started`: its first turn came 0.3 s after.
+    assert line_landed[0] - started >= 0.25
+    assert posts >= 3, "posts went one after the other while the line waited"
     meta = store.meta(A)
     assert meta is not None and meta.lines == 1
 

@@ -13,15 +13,12 @@
 #
 # Appends are of two kinds. What people did (posts, edits, deletions), rows
 # and the records of Eva's own calls are urgent; the lines compression writes
-# are background. Every group takes all the urgent appends waiting. Lines go
-# in groups of their own when nothing urgent waits: about
-# BACKGROUND_EVENTS_ALONE events at a time while people post, so a post never
-# waits behind more than a short commit of lines, and about
-# BACKGROUND_EVENTS_QUIET once no group has held an urgent one for
-# QUIET_AFTER_S, since a commit's cost is mostly its own and not its events'.
-# Under a feed that never lets up, lines passed over by BACKGROUND_PATIENCE
-# groups ride along with the next one, about BACKGROUND_EVENTS of them, so
-# background work is never starved.
+# are background. Every group takes all the urgent appends waiting, and as
+# many background events as the pace allows (eva.live.pace): while people
+# post, short commits of lines when nothing urgent waits, and in a burst only
+# one every so often, so that a post never waits behind more than a short
+# commit of lines and a burst is stored before compression catches up; once
+# nobody posts, long commits of lines one after the other.
 from __future__ import annotations
 
 import logging
@@ -33,9 +30,10 @@ from dataclasses import dataclass
 
 import trio
 
-from eva.core.events import AnyEvent
+from eva.core.events import AnyEvent, MessageDeleted, MessageEdited, MessagePosted
 from eva.core.keys import StreamId
 from eva.core.projection import Rejected
+from eva.live.pace import Pace
 from eva.store.event_store import Appended, Batch, EventStore
 from eva.store.lmdb_kv import LmdbBackend
 from eva.store.write_process import Submitted, WriteProcess
@@ -44,19 +42,6 @@ log = logging.getLogger(__name__)
 
 MAX_GROUP = 512
 """Urgent appends a group takes at most."""
-BACKGROUND_EVENTS = 256
-"""Background events that ride along with urgent appends once they have waited long
-(the first append goes whole, however long)."""
-BACKGROUND_EVENTS_ALONE = 128
-"""Background events a group of nothing else takes while people post (the first append
-goes whole)."""
-BACKGROUND_EVENTS_QUIET = 1024
-"""Background events a group of nothing else takes once no urgent append came for
-QUIET_AFTER_S."""
-QUIET_AFTER_S = 0.25
-"""Seconds since a group last held an urgent append after which the writer counts as quiet."""
-BACKGROUND_PATIENCE = 8
-"""Groups of urgent appends that may pass background ones over before some go along."""
 IN_FLIGHT = 2
 """Groups handed to a write process at once: it commits the next while this one is answered."""
 
@@ -64,6 +49,11 @@ IN_FLIGHT = 2
 OnDone = Callable[[Appended | BaseException], None]
 """Told how an append queued with `Writer.append_later` ended: its Appended once durable,
 or what refused or failed it (Rejected, or the commit's error)."""
+
+
+def _by_people(event: AnyEvent) -> bool:
+    """Whether an append that starts with `event` is people's doing, not Eva's own."""
+    return isinstance(event, MessagePosted | MessageEdited | MessageDeleted)
 
 
 @dataclass(slots=True)
@@ -101,12 +91,11 @@ class Writer:
         store: EventStore,
         capacity: int,
         process: WriteProcess | None = None,
-        quiet_after_s: float = QUIET_AFTER_S,
+        pace: Pace | None = None,
     ) -> None:
         self.store = store
         self.process = process
-        self.quiet_after_s = quiet_after_s
-        self._last_urgent = -math.inf  # when a group last took urgent appends
+        self.pace = Pace() if pace is None else pace
         self._send, self._receive = trio.open_memory_channel[_Request](capacity)
         # Taken off the channel, waiting for a group. Background appends wait here
         # longer; there are at most as many as tasks that write in the background,
@@ -117,7 +106,6 @@ class Writer:
         self._appends = 0
         self._events = 0
         self._largest = 0
-        self._passed_over = 0  # groups in a row that left background appends waiting
         self._paused = trio.Lock()
         self._in_flight = trio.Semaphore(IN_FLIGHT)
 
@@ -219,12 +207,21 @@ class Writer:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._answer_in_order, to_answer)
             async with self._receive, sent:
+                self.pace.start(trio.current_time())
                 while True:
-                    if not self._urgent and not self._background:
-                        try:
-                            self._queue(await self._receive.receive())
-                        except trio.EndOfChannel:
-                            break
+                    if not self._urgent:
+                        if not self._background:
+                            try:
+                                self._queue(await self._receive.receive())
+                            except trio.EndOfChannel:
+                                break
+                        elif (due := self.pace.due()) > trio.current_time():
+                            with trio.move_on_at(due):
+                                try:
+                                    self._queue(await self._receive.receive())
+                                except trio.EndOfChannel:
+                                    self.pace.closing = True
+                            continue  # something urgent came, or the lines may go
                     async with self._paused:
                         if self.process is None:
                             await self._commit(self._next_group())
@@ -236,10 +233,8 @@ class Writer:
         (self._background if request.background else self._urgent).append(request)
 
     def _next_group(self) -> list[_Request]:
-        """Every urgent append waiting (up to MAX_GROUP); with none, background ones up
-        to BACKGROUND_EVENTS_ALONE (BACKGROUND_EVENTS_QUIET when no group held one for
-        `quiet_after_s`); with some, background ones up to BACKGROUND_EVENTS only once
-        BACKGROUND_PATIENCE groups have passed them over."""
+        """Every urgent append waiting (up to MAX_GROUP), and the background ones the
+        pace allows."""
         while True:
             try:
                 self._queue(self._receive.receive_nowait())
@@ -247,20 +242,17 @@ class Writer:
                 break
         urgent, background = self._urgent, self._background
         group = [urgent.popleft() for _ in range(min(len(urgent), MAX_GROUP))]
-        events = 0
-        now = trio.current_time()
-        if not group:
-            quiet = now - self._last_urgent >= self.quiet_after_s
-            budget = BACKGROUND_EVENTS_QUIET if quiet else BACKGROUND_EVENTS_ALONE
-        else:
-            self._last_urgent = now
-            budget = BACKGROUND_EVENTS if self._passed_over >= BACKGROUND_PATIENCE else 0
-        if background:
-            self._passed_over = self._passed_over + 1 if budget == 0 else 0
-        while background and events < budget:
+        people = 0
+        for request in group:
+            events = request.batch.events
+            if events and _by_people(events[0]):
+                people += len(events)
+        budget = self.pace.budget(trio.current_time(), people, bool(group), bool(background))
+        taken = 0
+        while background and taken < budget:
             request = background.popleft()
             group.append(request)
-            events += len(request.batch.events)
+            taken += len(request.batch.events)
         for request in group:
             request.grouped = True
         return group
@@ -358,19 +350,15 @@ async def open_writer(
     store: EventStore,
     capacity: int = 1024,
     process: bool = False,
-    quiet_after_s: float = QUIET_AFTER_S,
+    pace: Pace | None = None,
 ) -> AsyncIterator[Writer]:
     """A running writer; on exit it commits what was queued and stops.
 
     With `process` and an LMDB store, a write process commits the groups.
     """
     backend = store.backend
-    child = (
-        WriteProcess(backend.path)
-        if process and isinstance(backend, LmdbBackend)
-        else None
-    )
-    writer = Writer(store, capacity, child, quiet_after_s)
+    child = WriteProcess(backend.path) if process and isinstance(backend, LmdbBackend) else None
+    writer = Writer(store, capacity, child, pace)
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(writer.run)
