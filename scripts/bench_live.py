@@ -18,8 +18,11 @@ below saturation, and then the whole sample once more at --sustained-rate
 rate reached, and the rate counting the time compression takes to finish
 after it (sustained_caught_up_msgs_per_s), with the CPU each message cost the
 serving process and the write process, while fed and counting the catch-up
-(steadier than latency on a shared machine). Then it times GetPrompt on channels kept
-awake by the questions, and, in a fresh directory first thing in the process,
+(steadier than latency on a shared machine). Each of these timed feeds starts
+once the channels of the feeds before have published on quiet and gone to
+sleep, so that it times its own work and not what they left. Then it times
+GetPrompt on channels kept awake by the questions, and, in a fresh directory
+first thing in the process,
 measures what a sleeping channel costs in memory. Commits are made by a write
 process, as serving makes them (`--writer thread`: in a thread of this
 process). The garbage collector is set
@@ -376,6 +379,7 @@ async def ingest_phase(
         paced_runs = {}
         for number, rate in enumerate(paced_rates):
             first = PACED_CHANNEL + number * channels  # fresh channels for each rate
+            await wait_asleep(supervisor)  # the feeds before have published on quiet
             paced_s, paced = await ingest_paced(
                 supervisor, posts[:paced_messages], channels, rate, first
             )
@@ -388,6 +392,7 @@ async def ingest_phase(
         with trio.fail_after(STEP_LIMIT_S):  # what the paced runs left is not its work
             await settle(store, settings, supervisor)
         first = PACED_CHANNEL + len(paced_rates) * channels
+        await wait_asleep(supervisor)
         cpu_before = cpu_s()
         sustained_s, sustained = await ingest_paced(
             supervisor, posts, channels, sustained_rate, first
