@@ -6,13 +6,14 @@ import os
 from pathlib import Path
 
 from eva.core.events import LineWritten, MessagePosted
-from eva.core.forget import person_hash
+from eva.core.forget import join_corpus, joined_from, person_hash
 from eva.core.keys import StreamId
 from eva.core.settings import KIB, MemorySettings
 from eva.core.summarize import OfflineSummarizer
 from eva.memory.build import Memory
-from eva.memory.forget import forget
+from eva.memory.forget import forget, prove_erased
 from eva.memory.view import memory_text, recall
+from eva.store.erasure import scan_files
 from eva.store.event_store import Appended, EventStore
 from eva.store.lmdb_kv import open_backend
 from eva.store.replay import replay_stream
@@ -147,3 +148,86 @@ def test_person_hash_is_stable_and_tells_people_apart() -> None:
     assert person_hash(202) != person_hash(203)
     assert len(person_hash(202)) == 24
     int(person_hash(202), 16)
+
+
+def test_a_text_read_across_joins_of_surviving_texts_is_told_apart() -> None:
+    corpus = join_corpus(
+        ["So its  open source", "?", "see https://x.info/explorers.php", "I guess so"]
+    )
+    assert joined_from("open source ?", corpus)  # an end, then a whole text
+    assert joined_from("php I guess", corpus)  # an end, then a start
+    assert joined_from("source ? I guess", corpus)  # an end, a whole text, a start
+    assert not joined_from("open source !", corpus)
+    assert not joined_from("open source I said", corpus)  # nobody began with "I said"
+    assert not joined_from("opensource", corpus)  # no space, nothing joined
+
+
+def said(index: int, who: int, text: str) -> MessagePosted:
+    return MessagePosted(
+        at_ms=1_700_000_000_000 + index * 60_000,
+        index=index,
+        message_id=7000 + index,
+        author_id=who,
+        author_name=PEOPLE[who],
+        content=text,
+    )
+
+
+async def test_words_of_others_that_read_as_a_forgotten_text_do_not_fail_the_forget(
+    tmp_path: Path,
+) -> None:
+    # Ann says "So its open source", then "?"; Bo once said "open source ?". A line
+    # that keeps Ann's two utterances joins them: "Ann: So its open source ?".
+    stream = STREAMS[0]
+    posts = []
+    for i in range(64):
+        if i in (20, 21):
+            posts.append(said(i, 101, "So its open source" if i == 20 else "?"))
+        elif i == 40:
+            posts.append(said(i, 202, "open source ?"))
+        else:
+            posts.append(said(i, 303 + 101 * (i % 2), f"{i} about the wallets and the DEX " * 4))
+    store = EventStore(open_backend(tmp_path))
+    store.append(stream, posts)
+    await Memory(store, stream, OfflineSummarizer(), SETTINGS).build(1_800_000_000_000)
+    assert any(
+        "Ann: So its open source ?" in event.text
+        for _, event in store.events(stream)
+        if isinstance(event, LineWritten)
+    )
+
+    async def append(stream: StreamId, events: list) -> Appended:  # type: ignore[type-arg]
+        return store.append(stream, events)
+
+    report = await forget(
+        store,
+        tmp_path,
+        person_hash(202),
+        [stream],
+        "self",
+        OfflineSummarizer(),
+        append,
+        SETTINGS,
+        1_800_000_100_000,
+    )
+    assert report.messages_erased == 1 and report.leftover_hits == 0
+    assert markers_in_files(tmp_path, ["open source ?"]) == {"open source ?"}  # Ann's line
+    message = store.message(stream, 40)
+    assert message is not None and message.deleted
+
+
+def test_a_forgotten_text_left_in_a_file_is_found_unless_others_words_make_it(
+    tmp_path: Path,
+) -> None:
+    store = EventStore(open_backend(tmp_path / "data"))
+    store.append(
+        STREAMS[0],
+        [said(0, 101, "So its open source"), said(1, 101, "?"), said(2, 303, "YYYEEEAAAAHHHH wow")],
+    )
+    left = b"Ann: So its open source ? / Cy: yyyeeeaaaahhhh / Bo: my own unique words"
+    (tmp_path / "data" / "left.bin").write_bytes(left)
+    forgotten = ["open source ?", "aaaahhhh", "my own unique words"]
+    assert scan_files(tmp_path / "data", forgotten).hits == 3  # a scan alone finds all three
+    report = prove_erased(store, tmp_path / "data", forgotten)
+    assert (report.hits, report.texts_found) == (1, 1)  # Bo's own words only
+    assert report.texts == 2  # "aaaahhhh" is in what the recall index keeps of Cy's words

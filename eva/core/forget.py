@@ -146,9 +146,9 @@ def proof_texts(forgotten: list[str], surviving: list[str]) -> list[str]:
     """The forgotten texts a file scan can look for without false alarms.
 
     Texts under PROOF_MIN_BYTES are too common to prove anything, and a text
-    that someone else also wrote (it appears in a surviving message) may
-    rightly stay; the rest must appear nowhere. One pass over the surviving
-    texts finds them all.
+    that someone else also wrote (it appears in a surviving text) may rightly
+    stay; the rest must appear nowhere, but for `joined_from`. One pass over
+    the surviving texts finds them all.
     """
     candidates = [
         text
@@ -163,3 +163,38 @@ def proof_texts(forgotten: list[str], surviving: list[str]) -> list[str]:
     automaton.make_automaton()
     shared = {number for _, number in automaton.iter("\0".join(surviving))}
     return [text for number, text in enumerate(candidates) if number not in shared]
+
+
+JOIN_SPACES_MOST = 32
+"""Spaces in a text beyond which `joined_from` does not look for joins in it."""
+
+
+def join_corpus(surviving: list[str]) -> str:
+    """The surviving texts for `joined_from`: white space collapsed, each between NULs."""
+    collapsed = (" ".join(text.split()) for text in surviving)
+    return "\0" + "\0".join(text for text in collapsed if text) + "\0"
+
+
+def joined_from(text: str, corpus: str) -> bool:
+    """Whether `text` can be read across the joins of surviving texts (`join_corpus`).
+
+    A line joins the utterances it keeps with a space (eva.core.summarize), so it
+    can hold a text nobody wrote: "So its open source" and "?" read "So its open
+    source ?", which holds "open source ?". Such a text is the end of one
+    surviving text, then whole ones, then the start of another, each part
+    between spaces of `text`. Found in a file, it proves nothing, and a scan
+    that found only such texts found no words of the person.
+    """
+    spaces = [at for at, character in enumerate(text) if character == " "]
+    if not spaces or len(spaces) > JOIN_SPACES_MOST:
+        return False
+    # reached[k]: text up to its k-th space reads as a text's end and whole texts.
+    reached: list[bool] = []
+    for k, space in enumerate(spaces):
+        ok = f"{text[:space]}\0" in corpus or any(
+            reached[j] and f"\0{text[spaces[j] + 1 : space]}\0" in corpus for j in range(k)
+        )
+        reached.append(ok)
+    return any(
+        ok and f"\0{text[space + 1 :]}" in corpus for ok, space in zip(reached, spaces, strict=True)
+    )

@@ -17,7 +17,7 @@ from typing import Any
 import trio
 
 from eva.core.events import ForgetBy
-from eva.core.forget import person_hash, proof_texts
+from eva.core.forget import person_hash
 from eva.core.keys import StreamId
 from eva.core.settings import LiveSettings, MemorySettings
 from eva.core.summarize import Summarizer
@@ -32,9 +32,9 @@ from eva.memory.forget import (
     StreamErased,
     finish_forget,
     pending_forgets,
-    surviving_texts,
+    prove_erased,
 )
-from eva.store.erasure import ScanReport, purge_stream, scan_files
+from eva.store.erasure import ScanReport, purge_stream
 from eva.store.event_store import EventStore
 from eva.store.lmdb_kv import LmdbBackend
 
@@ -261,8 +261,7 @@ class Supervisor:
                 backend.compact()
         if self._data_dir is None:
             return None
-        texts = proof_texts([t for ts in ready.values() for t in ts], surviving_texts(store))
-        scan = scan_files(self._data_dir, texts)
+        scan = prove_erased(store, self._data_dir, [t for ts in ready.values() for t in ts])
         self.last_scan = scan
         if scan.hits:
             log.error(

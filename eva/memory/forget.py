@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from eva.core.events import (
@@ -24,11 +24,12 @@ from eva.core.events import (
     LineWritten,
     MessagesErased,
 )
-from eva.core.forget import person_messages, proof_texts, stored_texts
+from eva.core.forget import join_corpus, joined_from, person_messages, proof_texts, stored_texts
 from eva.core.keys import StreamId
-from eva.core.projection import Rejected, read_meta
+from eva.core.projection import Rejected, indexed_text, read_meta
 from eva.core.settings import MemorySettings
 from eva.core.summarize import OfflineSummarizer, Summarizer
+from eva.core.terms import terms
 from eva.memory.compress import Append
 from eva.memory.publish import LineSizes, publish
 from eva.memory.remake import remake
@@ -151,7 +152,8 @@ def _done_before(
 
 
 def surviving_texts(store: EventStore) -> list[str]:
-    """The texts of every message still stored, of everyone, in every channel."""
+    """The texts of every message still stored, of everyone, in every channel, and their
+    search terms as the recall index keeps them (words folded in case and accents)."""
     texts: list[str] = []
     for meta in store.streams():
         stream = StreamId(meta.guild_id, meta.channel_id)
@@ -159,7 +161,25 @@ def surviving_texts(store: EventStore) -> list[str]:
             for _, message in read_messages(tables, stream, 0, meta.messages):
                 texts.append(message.content)
                 texts.extend(message.attachments)
+                texts.append(" ".join(terms(indexed_text(message.content, message.attachments))))
     return texts
+
+
+def prove_erased(store: EventStore, data_dir: Path, forgotten: list[str]) -> ScanReport:
+    """Scan every file of `data_dir` for the forgotten texts that prove anything
+    (`proof_texts`); a text found that reads across the joins of surviving texts
+    (`joined_from`) does not count as found."""
+    surviving = surviving_texts(store)
+    texts = proof_texts(forgotten, surviving)
+    scan = scan_files(data_dir, texts)
+    if not scan.hits:
+        return scan
+    corpus = join_corpus(surviving)
+    left = [texts[at] for at in scan.found if not joined_from(texts[at], corpus)]
+    if len(left) == len(scan.found):
+        return scan
+    again = scan_files(data_dir, left)
+    return replace(again, texts=scan.texts)
 
 
 @asynccontextmanager
@@ -192,8 +212,7 @@ async def finish_forget(
         report.compact_s = time.perf_counter() - started
     started = time.perf_counter()
     forgotten = [text for e in erased for text in e.texts]
-    texts = proof_texts(forgotten, surviving_texts(store))
-    scan: ScanReport = scan_files(data_dir, texts)
+    scan = prove_erased(store, data_dir, forgotten)
     report.scan_s = time.perf_counter() - started
     report.texts_checked, report.leftover_hits = scan.texts, scan.hits
     if scan.hits:

@@ -52,11 +52,16 @@ class ScanReport:
     bytes: int
     hits: int
     texts_found: int
+    found: tuple[int, ...] = ()  # where the texts found stand in the list scanned for
 
 
 def scan_files(directory: Path, texts: list[str]) -> ScanReport:
     """Count every occurrence of each text's UTF-8 bytes in every file under `directory`."""
-    patterns = [t for t in dict.fromkeys(texts) if t]
+    first_at: dict[str, int] = {}
+    for at, text in enumerate(texts):
+        if text:
+            first_at.setdefault(text, at)
+    patterns = list(first_at)
     if not patterns:
         return ScanReport(0, 0, 0, 0, 0)
     automaton = ahocorasick.Automaton(ahocorasick.STORE_INTS)
@@ -75,4 +80,5 @@ def scan_files(directory: Path, texts: list[str]) -> ScanReport:
             for _, number in automaton.iter(data.decode("latin-1")):
                 hits += 1
                 found.add(number)
-    return ScanReport(len(patterns), files, total, hits, len(found))
+    places = tuple(sorted(first_at[patterns[number]] for number in found))
+    return ScanReport(len(patterns), files, total, hits, len(found), places)
