@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from eva.core.events import LineWritten, MessagePosted
@@ -11,7 +12,7 @@ from eva.core.keys import StreamId
 from eva.core.settings import KIB, MemorySettings
 from eva.core.summarize import OfflineSummarizer
 from eva.memory.build import Memory
-from eva.memory.forget import forget, prove_erased
+from eva.memory.forget import ForgetReport, forget, prove_erased
 from eva.memory.view import memory_text, recall
 from eva.store.erasure import scan_files
 from eva.store.event_store import Appended, EventStore
@@ -69,6 +70,27 @@ async def built(tmp_path: Path) -> tuple[EventStore, dict[StreamId, list[Message
     return store, posts
 
 
+async def forget_from(
+    store: EventStore, directory: Path, person: int, streams: Sequence[StreamId]
+) -> ForgetReport:
+    """Forget `person` in `streams`, as the command does, with the offline summarizer."""
+
+    async def append(stream: StreamId, events: list) -> Appended:  # type: ignore[type-arg]
+        return store.append(stream, events)
+
+    return await forget(
+        store,
+        directory,
+        person_hash(person),
+        streams,
+        "self",
+        OfflineSummarizer(),
+        append,
+        SETTINGS,
+        1_800_000_100_000,
+    )
+
+
 async def test_forgetting_one_person_leaves_no_byte_of_their_words(tmp_path: Path) -> None:
     store, posts = await built(tmp_path)
     everyone = {
@@ -80,20 +102,7 @@ async def test_forgetting_one_person_leaves_no_byte_of_their_words(tmp_path: Pat
     # The test can fail: before the forget, Bo's markers are in the raw files.
     assert markers_in_files(tmp_path, everyone[202]) == set(everyone[202])
 
-    async def append(stream: StreamId, events: list) -> Appended:  # type: ignore[type-arg]
-        return store.append(stream, events)
-
-    report = await forget(
-        store,
-        tmp_path,
-        person_hash(202),
-        STREAMS,
-        "self",
-        OfflineSummarizer(),
-        append,
-        SETTINGS,
-        1_800_000_100_000,
-    )
+    report = await forget_from(store, tmp_path, 202, STREAMS)
     assert report.messages_erased == sum(len(everyone[202]) for _ in [0])
     assert report.lines_remade > report.messages_erased
     assert report.leftover_hits == 0
@@ -196,20 +205,7 @@ async def test_words_of_others_that_read_as_a_forgotten_text_do_not_fail_the_for
         if isinstance(event, LineWritten)
     )
 
-    async def append(stream: StreamId, events: list) -> Appended:  # type: ignore[type-arg]
-        return store.append(stream, events)
-
-    report = await forget(
-        store,
-        tmp_path,
-        person_hash(202),
-        [stream],
-        "self",
-        OfflineSummarizer(),
-        append,
-        SETTINGS,
-        1_800_000_100_000,
-    )
+    report = await forget_from(store, tmp_path, 202, [stream])
     assert report.messages_erased == 1 and report.leftover_hits == 0
     assert markers_in_files(tmp_path, ["open source ?"]) == {"open source ?"}  # Ann's line
     message = store.message(stream, 40)
