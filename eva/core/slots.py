@@ -31,7 +31,8 @@ def in_table(meta: StreamMeta) -> int:
 def read_slot(tables: Tables, stream: StreamId, meta: StreamMeta, index: int) -> MessageSlot | None:
     """The slot of message `index`, or None if there is no such message.
 
-    A slot from the record is the record's own object: change it only through `put_slot`.
+    A slot held in the record is the record's own object, so a change to it shows
+    there at once; keep a changed slot with `put_slot` wherever it is held.
     """
     first_open = in_table(meta)
     if index >= first_open:

@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from eva.core.events import (
@@ -175,11 +175,7 @@ def prove_erased(store: EventStore, data_dir: Path, forgotten: list[str]) -> Sca
     if not scan.hits:
         return scan
     corpus = join_corpus(surviving)
-    left = [texts[at] for at in scan.found if not joined_from(texts[at], corpus)]
-    if len(left) == len(scan.found):
-        return scan
-    again = scan_files(data_dir, left)
-    return replace(again, texts=scan.texts)
+    return scan.without({at for at, _ in scan.found if joined_from(texts[at], corpus)})
 
 
 @asynccontextmanager

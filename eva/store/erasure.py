@@ -7,7 +7,8 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import ahocorasick
@@ -52,7 +53,14 @@ class ScanReport:
     bytes: int
     hits: int
     texts_found: int
-    found: tuple[int, ...] = ()  # where the texts found stand in the list scanned for
+    # (where a text found stands in the list scanned for, times found), never the text
+    found: tuple[tuple[int, int], ...] = ()
+
+    def without(self, explained: set[int]) -> ScanReport:
+        """This report, the texts found at the places `explained` counted as not found."""
+        kept = tuple((at, times) for at, times in self.found if at not in explained)
+        hits = sum(times for _, times in kept)
+        return replace(self, hits=hits, texts_found=len(kept), found=kept)
 
 
 def scan_files(directory: Path, texts: list[str]) -> ScanReport:
@@ -71,7 +79,7 @@ def scan_files(directory: Path, texts: list[str]) -> ScanReport:
         automaton.add_word(text.encode().decode("latin-1"), number)
     automaton.make_automaton()
     files = total = hits = 0
-    found: set[int] = set()
+    found: Counter[int] = Counter()
     for root, _, names in os.walk(directory):
         for name in names:
             data = (Path(root) / name).read_bytes()
@@ -79,6 +87,6 @@ def scan_files(directory: Path, texts: list[str]) -> ScanReport:
             total += len(data)
             for _, number in automaton.iter(data.decode("latin-1")):
                 hits += 1
-                found.add(number)
-    places = tuple(sorted(first_at[patterns[number]] for number in found))
+                found[number] += 1
+    places = tuple(sorted((first_at[patterns[number]], times) for number, times in found.items()))
     return ScanReport(len(patterns), files, total, hits, len(found), places)
