@@ -103,10 +103,16 @@ async def running(
     summarizer: Summarizer | None = None,
     settings: MemorySettings = SMALL,
     live: LiveSettings = LIVE,
+    resume: bool = True,
 ) -> AsyncIterator[Supervisor]:
     """A supervisor on the mock clock, with commits held to no mock time."""
     async with open_supervisor(
-        store, summarizer or OfflineSummarizer(), settings, live, wall_ms=mock_wall_ms
+        store,
+        summarizer or OfflineSummarizer(),
+        settings,
+        live,
+        wall_ms=mock_wall_ms,
+        resume=resume,
     ) as supervisor, trio.open_nursery() as nursery:
         nursery.start_soon(hold_clock, store, supervisor.shared.writer)
         yield supervisor
@@ -673,11 +679,12 @@ async def test_full_inboxes_slow_senders_down_and_drop_nothing(
             assert all(store.meta(stream) is None for stream in streams)
             for stream in streams:
                 # Batches of posts in the actor's hands (held by the writer, or waiting for
-                # room there), two in its inbox, the rest wait to send.
+                # room there): as many as skip the inbox, and a batch the loop took from
+                # it. Two in its inbox, the rest wait to send.
                 held = sum(len(f.posts) for f in supervisor._actors[stream]._in_flight)
                 inbox = supervisor._actors[stream].send.statistics()
                 assert inbox.current_buffer_used == live.inbox_capacity
-                assert 0 < held < POSTS_IN_FLIGHT + POST_BATCH
+                assert 0 < held <= POSTS_IN_FLIGHT + POST_BATCH
                 assert inbox.tasks_waiting_send == senders - held - live.inbox_capacity > 0
         await settle()
     assert sorted(done) == sorted((s, n) for s in streams for n in range(senders))
@@ -850,9 +857,8 @@ async def test_posts_skip_the_inbox_only_when_nothing_of_the_channel_is_ahead(
         ]
 
     async with running(store) as supervisor:
-        assert not supervisor.post_now(STREAM, requests(0))  # asleep: it wakes first
-        await settle()
-        assert supervisor.post_now(STREAM, requests(0))
+        assert supervisor.post_now(STREAM, requests(0))  # asleep: taken as it wakes
+        assert supervisor.awake() == [STREAM]
         assert not supervisor.post_now(STREAM, requests(0, 1))  # 0 is in flight: not now
         await settle()
         assert answers == [0]
@@ -875,6 +881,41 @@ async def test_posts_skip_the_inbox_only_when_nothing_of_the_channel_is_ahead(
     assert [e.message_id for e in posted(store, STREAM)] == [
         message(STREAM, n).message_id for n in range(2)
     ]
+
+
+async def test_a_post_that_wakes_a_channel_is_its_last_input_for_the_quiet_publish(
+    tmp_path: Path, autojump_clock: Any
+) -> None:
+    """A post taken as its channel wakes counts as its newest input: waking reads when
+    the channel last had one from the store, but keeps the post's, so a publish that
+    was due waits for quiet after the post."""
+    store = fresh_store(tmp_path)
+    async with running(store) as supervisor:
+        await post_range(supervisor, 0, 70)
+        await settle()
+    meta = meta_of(store, STREAM)
+    assert meta.leaf_frontier > meta.row_frontier and not publishes(store, STREAM)
+    await trio.sleep(2 * SMALL.quiet_ms / 1000)  # long quiet, with no process running
+    answers: list[Any] = []
+    store = WatchedStore(store.backend)  # a new process
+    async with running(store, resume=False) as supervisor:  # the post wakes it
+        assert supervisor.awake() == []
+        posted_at = trio.current_time()
+        late = message(STREAM, 70)
+        assert supervisor.post_now(STREAM, [Request(late, on_answer=answers.append)])
+        await settle()
+        assert [request.answered() for request in answers] == [70]
+        assert publishes(store, STREAM) == []
+        await trio.sleep(SMALL.quiet_ms / 1000 - 1)
+        await settle()
+        assert publishes(store, STREAM) == []
+        await trio.sleep(2)
+        await settle()
+        [row] = publishes(store, STREAM)
+        assert row.reason == "quiet"
+        assert row.at_ms - late.at_ms == SMALL.quiet_ms
+        assert trio.current_time() - posted_at < SMALL.quiet_ms / 1000 + 2
+    assert replay_stream(store, STREAM).ok
 
 
 async def test_a_post_stored_before_the_channel_woke_is_found_and_stored_once(

@@ -224,6 +224,7 @@ class ChannelActor:
         self.retry_delay = shared.live.retry_first_seconds
         self.last_input = trio.current_time()
         self.last_input_ms = shared.wall_ms()
+        self._touched = False  # an input was taken (`_touch`): waking keeps its time
         self.last_read = -math.inf  # a read keeps the channel awake, not from going quiet
         self.row_text = RowText()
         self.sizes = LineSizes()
@@ -243,9 +244,10 @@ class ChannelActor:
         self._overflowing = False  # a landed batch took the tail past the overflow mark
         # Inputs sent to the inbox and not taken yet (counted by the sender), and whether
         # the loop is doing anything but waiting for one: posts skip the inbox only when
-        # neither (see `post_now`).
+        # neither (see `post_now`). A new actor takes posts before its loop starts: waking
+        # (`_wake`) may publish or start compression, which posts in flight never stop.
         self.inbox_pending = 0
-        self._serving = True
+        self._serving = False
         self.unfinished_upto = 0  # the cutoff of a run that left leaves undone
         self._quiet_timer_for = -math.inf
         # Reads queued and not yet answered, counted by the sender from the moment it
@@ -349,7 +351,7 @@ class ChannelActor:
         meta = self._meta()
         if meta is None:
             return
-        if meta.messages:
+        if meta.messages and not self._touched:  # else posts taken since are the last input
             quiet_for = self.shared.wall_ms() - meta.last_ms
             self.last_input_ms = meta.last_ms
             self.last_input = trio.current_time() - max(0, quiet_for) / 1000
@@ -493,11 +495,11 @@ class ChannelActor:
     def post_now(self, batch: list[Request]) -> bool:
         """Hand posts to the writer from the sender's task, as `_send_posts` would.
 
-        Only while the loop waits for input and nothing is queued for it (so
-        nothing of the channel is ahead of them), no post of theirs is in
-        flight, they take the posts in flight to POSTS_IN_FLIGHT at most, and the
-        writer has room;
-        False, with nothing done, when they must go through the inbox.
+        Only while the loop waits for input, or has not started yet, and
+        nothing is queued for it (so nothing of the channel is ahead of them),
+        no post of theirs is in flight, they take the posts in flight to
+        POSTS_IN_FLIGHT at most, and the writer has room; False, with nothing
+        done, when they must go through the inbox.
         """
         posts = [request.item for request in batch if isinstance(request.item, Post)]
         if (
@@ -789,6 +791,7 @@ class ChannelActor:
     def _touch(self, at_ms: int) -> None:
         self.last_input = trio.current_time()
         self.last_input_ms = at_ms
+        self._touched = True
 
     # -- the prompt -----------------------------------------------------------
 
