@@ -34,6 +34,7 @@ from eva.core.projection import Rejected, rendered_size
 from eva.core.settings import KIB, MINUTE_MS, LiveSettings, MemorySettings
 from eva.core.summarize import OfflineSummarizer, Summarizer, Summary, Task
 from eva.core.timing import compression_due
+from eva.live import prompt_tail
 from eva.live.actor import POST_BATCH, POSTS_IN_FLIGHT, Request, _InFlight
 from eva.live.inputs import Delete, Edit, GetPrompt, Post, Recall, RecordTool, Zoom
 from eva.live.supervisor import Supervisor, open_supervisor
@@ -475,6 +476,34 @@ async def test_idle_actor_sleeps_and_wakes_with_the_same_state(
         assert await supervisor.ask(STREAM, Recall(query="topic3")) == found
         assert found.total == len([i for i in range(70) if i % 7 == 3])
         assert before == memory_text(store, STREAM, SMALL)
+
+
+async def test_a_woken_channel_reads_its_tail_at_the_first_prompt_and_then_keeps_it(
+    tmp_path: Path, autojump_clock: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Waking reads no messages: a channel woken by posts reads its tail when first
+    asked for a prompt, and keeps it up to date from then on."""
+    store = fresh_store(tmp_path)
+    async with running(store) as supervisor:
+        await post_range(supervisor, 0, 10)
+    reads: list[StreamId] = []
+    read = prompt_tail.tail_messages
+    monkeypatch.setattr(
+        prompt_tail, "tail_messages",
+        lambda store, stream: reads.append(stream) or read(store, stream),
+    )
+    store = WatchedStore(store.backend)  # a new process
+    async with running(store, resume=False) as supervisor:
+        await post_range(supervisor, 10, 12)
+        await settle()
+        assert reads == []
+        first = await prompt(supervisor)
+        assert reads == [STREAM]
+        assert first == memory_text(store, STREAM, SMALL)
+        assert len(split_prompt(first)[1]) == 12
+        await post_range(supervisor, 12, 13)
+        assert await prompt(supervisor) == memory_text(store, STREAM, SMALL)
+        assert reads == [STREAM]
 
 
 async def test_an_actor_idle_while_its_posts_commit_sleeps_once_they_are_stored(

@@ -346,8 +346,12 @@ class ChannelActor:
         return min(deadlines)
 
     async def _wake(self) -> None:
-        """Resume what the projections say is unfinished (a publish due, compression due)
-        and load the tail."""
+        """Resume what the projections say is unfinished (a publish due, compression due).
+
+        The tail is read when first asked for (`prompt`), not here: when many
+        channels wake at once, most are woken by posts, and reading each one's
+        tail would hold the loop while those posts wait for their commits.
+        """
         meta = self._meta()
         if meta is None:
             return
@@ -357,10 +361,6 @@ class ChannelActor:
             self.last_input = trio.current_time() - max(0, quiet_for) / 1000
         await self._maybe_publish()
         self._maybe_compress(force=meta.ready > 0)
-        # Read the tail now, so a question to an awake channel never waits for it.
-        meta = self._meta()
-        tz = channel_zone(meta, self.shared.settings)
-        self.tail.follow(self.shared.store, self.stream, meta, tz)
 
     async def _on_timer(self) -> None:
         now = trio.current_time()

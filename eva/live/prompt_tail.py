@@ -1,6 +1,7 @@
 # The tail an awake actor keeps rendered, so serving a prompt reads no messages.
 #
-# Shell (it reads the store when the tail must be loaded). The tail holds the
+# Shell (it reads the store when the tail must be loaded: at the first prompt
+# after the channel wakes, or after it was dropped). The tail holds the
 # rendered lines of the messages from the row's frontier on; stored posts are
 # added as they land, a publish cuts what moved into the row, and an edit,
 # a deletion or a forget drops it whole (`forget`), to be read again when next
