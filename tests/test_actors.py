@@ -37,7 +37,7 @@ from eva.core.timing import compression_due
 from eva.live import prompt_tail
 from eva.live.actor import POST_BATCH, POSTS_IN_FLIGHT, Request, _InFlight
 from eva.live.inputs import Delete, Edit, GetPrompt, Post, Recall, RecordTool, Zoom
-from eva.live.supervisor import Supervisor, open_supervisor
+from eva.live.supervisor import WAKES_PER_TURN, Supervisor, open_supervisor
 from eva.live.writer import Writer
 from eva.memory.compress import run_cutoff
 from eva.memory.view import ZoomError, memory_text
@@ -142,13 +142,15 @@ def posted(store: EventStore, stream: StreamId) -> list[MessagePosted]:
     return [event for _, event in store.events(stream) if isinstance(event, MessagePosted)]
 
 
-def assert_stored_once_in_order(store: EventStore, count: int) -> None:
-    """STREAM holds messages 0 .. count-1, each once and in order, and replays to the
+def assert_stored_once_in_order(
+    store: EventStore, count: int, stream: StreamId = STREAM
+) -> None:
+    """`stream` holds messages 0 .. count-1, each once and in order, and replays to the
     same projections."""
-    assert [e.message_id for e in posted(store, STREAM)] == [
-        message(STREAM, n).message_id for n in range(count)
+    assert [e.message_id for e in posted(store, stream)] == [
+        message(stream, n).message_id for n in range(count)
     ]
-    assert replay_stream(store, STREAM).ok
+    assert replay_stream(store, stream).ok
 
 
 def publishes(store: EventStore, stream: StreamId) -> list[RowPublished]:
@@ -476,6 +478,57 @@ async def test_idle_actor_sleeps_and_wakes_with_the_same_state(
         assert await supervisor.ask(STREAM, Recall(query="topic3")) == found
         assert found.total == len([i for i in range(70) if i % 7 == 3])
         assert before == memory_text(store, STREAM, SMALL)
+
+
+class ActorStarts(trio.abc.Instrument):
+    """Counts, for each turn of the scheduler, the actors that take their first step."""
+
+    def __init__(self) -> None:
+        self.turns: list[int] = [0]
+        self.seen: set[trio.lowlevel.Task] = set()
+
+    def before_io_wait(self, timeout: float) -> None:
+        if self.turns[-1]:
+            self.turns.append(0)
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        if task.name.endswith("ChannelActor.run") and task not in self.seen:
+            self.seen.add(task)
+            self.turns[-1] += 1
+
+
+async def test_many_channels_woken_at_once_start_a_few_in_each_turn(
+    tmp_path: Path, autojump_clock: Any
+) -> None:
+    """Waking is spread over turns of the scheduler, so commits are answered between
+    them; a channel not started yet takes posts at once and answers them."""
+    store = fresh_store(tmp_path)
+    streams = [StreamId(9, n) for n in range(5 * WAKES_PER_TURN)]
+    answers: list[Any] = []
+    async with running(store) as supervisor:
+        for stream in streams:
+            await supervisor.ask(stream, message(stream, 0))
+        await trio.sleep(LIVE.idle_seconds + 1)
+        await settle()
+        assert supervisor.awake() == []
+        starts = ActorStarts()
+        trio.lowlevel.add_instrument(starts)
+        try:
+            for stream in streams:
+                supervisor.wake(stream)
+            taken = supervisor.post_now(
+                streams[-1], [Request(message(streams[-1], 1), on_answer=answers.append)]
+            )
+            assert taken  # its actor has not started: the post goes at once all the same
+            await settle()
+        finally:
+            trio.lowlevel.remove_instrument(starts)
+        assert sum(starts.turns) == len(streams)
+        assert max(starts.turns) == WAKES_PER_TURN
+        assert [request.answered() for request in answers] == [1]
+        for stream in streams:
+            assert await prompt(supervisor, stream) == memory_text(store, stream, SMALL)
+    assert_stored_once_in_order(store, 2, streams[-1])
 
 
 async def test_a_woken_channel_reads_its_tail_at_the_first_prompt_and_then_keeps_it(

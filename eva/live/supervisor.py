@@ -3,11 +3,13 @@
 # Shell (trio). It starts an actor on a channel's first input and forgets it
 # when the actor goes to sleep; at start-up it wakes every channel whose
 # projections say work is unfinished (compression due, merges ready, a
-# publish due). Model calls of every channel share one capacity limiter.
+# publish due). Many wakes at once are spread over turns of the scheduler.
+# Model calls of every channel share one capacity limiter.
 from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -41,6 +43,13 @@ from eva.store.lmdb_kv import LmdbBackend
 log = logging.getLogger(__name__)
 
 
+WAKES_PER_TURN = 16
+"""Actors started in one turn of the scheduler at most. Each wake reads the channel's
+record and sets its tasks up (tens of microseconds); thousands at once, as at start-up
+or when a busy server's channels all wake, would hold the loop for a tenth of a second
+and more in one turn, with commits answered and the gateway heard only after it."""
+
+
 def wall_clock_ms() -> int:
     return int(time.time() * 1000)
 
@@ -68,6 +77,8 @@ class Supervisor:
         self._nursery = nursery
         self._data_dir = data_dir
         self._actors: dict[StreamId, ChannelActor] = {}
+        self._to_start: deque[ChannelActor] = deque()
+        self._starting = False
         self._woken = 0
         self._slept = 0
         self._purge_texts: dict[StreamId, list[str]] = {}
@@ -149,8 +160,22 @@ class Supervisor:
             actor = ChannelActor(self.shared, stream)
             self._actors[stream] = actor
             self._woken += 1
-            self._nursery.start_soon(actor.run, self._asleep)
+            self._to_start.append(actor)
+            if not self._starting:
+                self._starting = True
+                self._nursery.start_soon(self._start_actors)
         return actor
+
+    async def _start_actors(self) -> None:
+        """Start the actors made since, WAKES_PER_TURN a turn; until then each takes
+        posts (ChannelActor.post_now) and queues other inputs in its inbox."""
+        try:
+            while self._to_start:
+                for _ in range(min(WAKES_PER_TURN, len(self._to_start))):
+                    self._nursery.start_soon(self._to_start.popleft().run, self._asleep)
+                await trio.lowlevel.checkpoint()
+        finally:
+            self._starting = False
 
     def _asleep(self, actor: ChannelActor) -> None:
         if self._actors.get(actor.stream) is actor:
