@@ -23,7 +23,9 @@ once the channels of the feeds before have published on quiet and gone to
 sleep, so that it times its own work and not what they left. Then it times
 GetPrompt on channels kept awake by the questions, and, in a fresh directory
 first thing in the process,
-measures what a sleeping channel costs in memory. Commits are made by a write
+measures what a sleeping channel costs in memory, then wakes all of those
+channels at once (as a restart with that much unfinished work would) and
+reports the longest turn of the trio loop meanwhile. Commits are made by a write
 process, as serving makes them (`--writer thread`: in a thread of this
 process). The garbage collector is set
 as Eva's serving processes set it (eva.live.collector), the loaded sample frozen
@@ -46,12 +48,13 @@ import random
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import trio
+import trio.testing
 
 from eva.cli.cmd_import import read_export
 from eva.cli.cmd_serve import settle
@@ -461,6 +464,39 @@ async def ingest_phase(
     }
 
 
+async def longest_turn_while(wake: Callable[[], Awaitable[None]]) -> float:
+    """The longest the trio loop went without a turn (ms) while `wake` ran, as seen by a
+    task that asks to run every millisecond: what a socket or a commit's answer waited."""
+    gaps: list[float] = []
+    done = trio.Event()
+
+    async def ticker() -> None:
+        last = time.perf_counter()
+        while not done.is_set():
+            await trio.sleep(0.001)
+            now = time.perf_counter()
+            gaps.append(now - last)
+            last = now
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(ticker)
+        await trio.sleep(0.01)
+        try:
+            await wake()
+        finally:
+            done.set()
+    return round(max(gaps, default=0.0) * 1000, 1)
+
+
+async def wake_all(supervisor: Supervisor, streams: Sequence[StreamId]) -> None:
+    """Wake every channel at once, as start-up does, and wait until no task has more
+    to do (each actor waits for input)."""
+    for stream in streams:
+        supervisor.wake(stream)
+    with trio.fail_after(STEP_LIMIT_S):
+        await trio.testing.wait_all_tasks_blocked()
+
+
 async def sleeping_phase(data: Path, posts: Sequence[Post], channels: int) -> dict[str, Any]:
     """What a sleeping channel costs: RSS before feeding `channels` channels vs after they sleep.
 
@@ -488,6 +524,10 @@ async def sleeping_phase(data: Path, posts: Sequence[Post], channels: int) -> di
         gc.collect()
         after = memory_kb()
         stats = supervisor.statistics()
+        streams = [StreamId(GUILD, 1 + channel) for channel in range(channels)]
+        started = time.perf_counter()
+        longest_turn = await longest_turn_while(partial(wake_all, supervisor, streams))
+        woken_s = time.perf_counter() - started
     per = {k: (after[k] - before[k]) / channels for k in after}
     return {
         "sleeping_channels": channels,
@@ -499,6 +539,10 @@ async def sleeping_phase(data: Path, posts: Sequence[Post], channels: int) -> di
         "anon_per_channel_kb": round(per["RssAnon"], 2),
         "file_per_channel_kb": round(per["RssFile"], 2),
         "store_p99_ms": p99_ms(latencies),
+        # Every sleeping channel woken at once, as a restart with that much unfinished
+        # work would wake them: how long it took, and the loop's longest turn.
+        "wake_all_s": round(woken_s, 3),
+        "wake_all_longest_turn_ms": longest_turn,
     }
 
 
@@ -584,6 +628,7 @@ def main() -> int:
         "tasks_done": compressing["tasks_done"],
         "tasks_done_during_ingest": compressing["tasks_done_during_ingest"],
         "rss_mb": rss_mb,
+        "wake_all_longest_turn_ms": sleeping["wake_all_longest_turn_ms"],
         "rss_per_channel_kb": sleeping["rss_per_channel_kb"],
         "anon_per_channel_kb": sleeping["anon_per_channel_kb"],
         "sleeping_channels": sleeping["sleeping_channels"],
