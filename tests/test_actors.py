@@ -531,6 +531,44 @@ async def test_many_channels_woken_at_once_start_a_few_in_each_turn(
     assert_stored_once_in_order(store, 2, streams[-1])
 
 
+def task_names() -> list[str]:
+    """The names of every task running, from the root task down."""
+    names: list[str] = []
+    tasks = [trio.lowlevel.current_root_task()]
+    while tasks:
+        task = tasks.pop()
+        if task is None:
+            continue
+        names.append(task.name)
+        tasks.extend(child for nursery in task.child_nurseries for child in nursery.child_tasks)
+    return names
+
+
+async def test_the_task_that_serves_reads_starts_with_the_first_read(
+    tmp_path: Path, autojump_clock: Any
+) -> None:
+    """A channel woken by posts runs one task; its first read starts the second, which
+    serves the reads queued before it started, in order, and stays until it sleeps."""
+    store = fresh_store(tmp_path)
+    readers = lambda: [n for n in task_names() if n.endswith("_serve_reads")]  # noqa: E731
+    async with running(store) as supervisor:
+        await post_range(supervisor, 0, 5)
+        await settle()
+        assert supervisor.awake() == [STREAM] and readers() == []
+        first = await supervisor.submit(STREAM, GetPrompt())
+        second = await supervisor.submit(STREAM, Recall(query="topic3"))
+        assert len(readers()) == 1
+        assert await first.result() == memory_text(store, STREAM, SMALL)
+        assert (await second.result()).total == 1
+        await post_range(supervisor, 5, 6)
+        assert await prompt(supervisor) == memory_text(store, STREAM, SMALL)
+        assert len(readers()) == 1
+        await trio.sleep(LIVE.idle_seconds + 1)
+        await settle()
+        assert supervisor.awake() == [] and readers() == []
+        assert await prompt(supervisor) == memory_text(store, STREAM, SMALL)  # woken by a read
+
+
 async def test_a_woken_channel_reads_its_tail_at_the_first_prompt_and_then_keeps_it(
     tmp_path: Path, autojump_clock: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

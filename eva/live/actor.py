@@ -254,6 +254,8 @@ class ChannelActor:
         # queues one: the read task takes a read off the inbox a turn before it serves
         # it, and the actor must not sleep in that turn.
         self.reads_pending = 0
+        self._readers: trio.Nursery | None = None  # the loop's nursery, while it runs
+        self._reading = False  # the task that serves reads was started
         self._waiting = trio.CancelScope()
         self._compress_scope = trio.CancelScope()
         self._compress_idle = trio.Event()
@@ -267,10 +269,14 @@ class ChannelActor:
         A second task serves reads (the prompt, zoom, recall, date) and the
         records of Eva's own calls, so a reply never waits behind a burst of
         posts; both tasks run on one trio thread, so each read sees a whole state.
+        It starts with the first read (`want_reader`): most channels woken
+        together are woken by posts, and a task fewer makes each wake cheaper.
         """
         await self._wake()
         async with self.receive, self.read_receive, trio.open_nursery() as nursery:
-            nursery.start_soon(self._serve_reads)
+            self._readers = nursery
+            if self.reads_pending:
+                self.want_reader()
             while not self._may_sleep():
                 if self._refused:
                     await self._settle_posts()
@@ -293,7 +299,15 @@ class ChannelActor:
                     await self._serve_after_posts(request)
             on_sleep(self)  # no await between the check and leaving the registry
             self.stopped = True
+            self._readers = None
             nursery.cancel_scope.cancel()
+
+    def want_reader(self) -> None:
+        """A read is queued (the sender calls this before it sends one): start the task
+        that serves reads unless it runs; if the loop has not begun, it starts it."""
+        if not self._reading and self._readers is not None:
+            self._reading = True
+            self._readers.start_soon(self._serve_reads)
 
     async def _serve_reads(self) -> None:
         async for request in self.read_receive:

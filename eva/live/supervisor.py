@@ -126,6 +126,8 @@ class Supervisor:
                 queued = False
                 actor.reads_pending += reading  # counted before it can be taken
                 actor.inbox_pending += not reading
+                if reading:
+                    actor.want_reader()
                 try:
                     try:
                         inbox.send_nowait(request)
