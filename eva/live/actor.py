@@ -219,6 +219,7 @@ class ChannelActor:
         self.read_send, self.read_receive = trio.open_memory_channel[Request](
             shared.live.inbox_capacity
         )
+        self.started = False  # its task was started (by the supervisor)
         self.compressing = False
         self.retry_at = math.inf
         self.retry_delay = shared.live.retry_first_seconds

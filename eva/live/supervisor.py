@@ -77,7 +77,7 @@ class Supervisor:
         self._nursery = nursery
         self._data_dir = data_dir
         self._actors: dict[StreamId, ChannelActor] = {}
-        self._to_start: deque[ChannelActor] = deque()
+        self._to_start: deque[StreamId] = deque()  # channels to wake, oldest first
         self._starting = False
         self._woken = 0
         self._slept = 0
@@ -153,28 +153,41 @@ class Supervisor:
         return bool(requests) and self._actor(stream).post_now(requests)
 
     def wake(self, stream: StreamId) -> None:
-        """Start the channel's actor if it sleeps."""
-        self._actor(stream)
+        """Start the channel's actor if it sleeps: made and started with the next few,
+        unless an input makes it first."""
+        if stream not in self._actors:
+            self._start_later(stream)
 
     def _actor(self, stream: StreamId) -> ChannelActor:
         actor = self._actors.get(stream)
         if actor is None:
-            actor = ChannelActor(self.shared, stream)
-            self._actors[stream] = actor
-            self._woken += 1
-            self._to_start.append(actor)
-            if not self._starting:
-                self._starting = True
-                self._nursery.start_soon(self._start_actors)
+            actor = self._make(stream)
+            self._start_later(stream)
         return actor
 
+    def _make(self, stream: StreamId) -> ChannelActor:
+        actor = self._actors[stream] = ChannelActor(self.shared, stream)
+        self._woken += 1
+        return actor
+
+    def _start_later(self, stream: StreamId) -> None:
+        self._to_start.append(stream)
+        if not self._starting:
+            self._starting = True
+            self._nursery.start_soon(self._start_actors)
+
     async def _start_actors(self) -> None:
-        """Start the actors made since, WAKES_PER_TURN a turn; until then each takes
-        posts (ChannelActor.post_now) and queues other inputs in its inbox."""
+        """Make and start the actors of the channels queued, WAKES_PER_TURN a turn; an
+        actor made already takes posts (ChannelActor.post_now) and queues its other
+        inputs in its inbox until it starts."""
         try:
             while self._to_start:
                 for _ in range(min(WAKES_PER_TURN, len(self._to_start))):
-                    self._nursery.start_soon(self._to_start.popleft().run, self._asleep)
+                    stream = self._to_start.popleft()
+                    actor = self._actors.get(stream) or self._make(stream)
+                    if not actor.started:
+                        actor.started = True
+                        self._nursery.start_soon(actor.run, self._asleep)
                 await trio.lowlevel.checkpoint()
         finally:
             self._starting = False
