@@ -182,6 +182,15 @@ async def post_range(supervisor: Supervisor, start: int, stop: int) -> None:
         assert await supervisor.ask(STREAM, message(STREAM, index)) == index
 
 
+async def asleep_with_a_message(supervisor: Supervisor, streams: list[StreamId]) -> None:
+    """Store message 0 in each channel, then wait until every actor sleeps."""
+    for stream in streams:
+        await supervisor.ask(stream, message(stream, 0))
+    await trio.sleep(LIVE.idle_seconds + 1)
+    await settle()
+    assert supervisor.awake() == []
+
+
 async def prompt(supervisor: Supervisor, stream: StreamId = STREAM) -> str:
     text = await supervisor.ask(stream, GetPrompt())
     assert isinstance(text, str)
@@ -401,11 +410,7 @@ async def test_a_read_that_wakes_a_channel_is_answered_and_keeps_it_awake(
     store = fresh_store(tmp_path)
     streams = [StreamId(1, 100 + n) for n in range(24)]
     async with running(store) as supervisor:
-        for stream in streams:
-            await supervisor.ask(stream, message(stream, 0))
-        await trio.sleep(LIVE.idle_seconds + 1)
-        await settle()
-        assert supervisor.awake() == []
+        await asleep_with_a_message(supervisor, streams)
         for n, stream in enumerate(streams):
             requests = await supervisor.submit_all(
                 stream,
@@ -506,11 +511,7 @@ async def test_many_channels_woken_at_once_start_a_few_in_each_turn(
     streams = [StreamId(9, n) for n in range(5 * WAKES_PER_TURN)]
     answers: list[Any] = []
     async with running(store) as supervisor:
-        for stream in streams:
-            await supervisor.ask(stream, message(stream, 0))
-        await trio.sleep(LIVE.idle_seconds + 1)
-        await settle()
-        assert supervisor.awake() == []
+        await asleep_with_a_message(supervisor, streams)
         starts = ActorStarts()
         trio.lowlevel.add_instrument(starts)
         try:
