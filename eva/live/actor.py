@@ -255,8 +255,8 @@ class ChannelActor:
         # queues one: the read task takes a read off the inbox a turn before it serves
         # it, and the actor must not sleep in that turn.
         self.reads_pending = 0
-        self._readers: trio.Nursery | None = None  # the loop's nursery, while it runs
-        self._reading = False  # the task that serves reads was started
+        # The loop's nursery while it runs and the task that serves reads has not started.
+        self._readers: trio.Nursery | None = None
         self._waiting = trio.CancelScope()
         self._compress_scope = trio.CancelScope()
         self._compress_idle = trio.Event()
@@ -306,9 +306,9 @@ class ChannelActor:
     def want_reader(self) -> None:
         """A read is queued (the sender calls this before it sends one): start the task
         that serves reads unless it runs; if the loop has not begun, it starts it."""
-        if not self._reading and self._readers is not None:
-            self._reading = True
+        if self._readers is not None:
             self._readers.start_soon(self._serve_reads)
+            self._readers = None
 
     async def _serve_reads(self) -> None:
         async for request in self.read_receive:
