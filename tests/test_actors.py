@@ -37,7 +37,12 @@ from eva.core.timing import compression_due
 from eva.live import prompt_tail
 from eva.live.actor import POST_BATCH, POSTS_IN_FLIGHT, Request, _InFlight
 from eva.live.inputs import Delete, Edit, GetPrompt, Post, Recall, RecordTool, Zoom
-from eva.live.supervisor import WAKES_PER_TURN, Supervisor, open_supervisor
+from eva.live.supervisor import (
+    POSTED_START_DELAY_S,
+    WAKES_PER_TURN,
+    Supervisor,
+    open_supervisor,
+)
 from eva.live.writer import Writer
 from eva.memory.compress import run_cutoff
 from eva.memory.view import ZoomError, memory_text
@@ -532,6 +537,36 @@ async def test_many_channels_woken_at_once_start_a_few_in_each_turn(
     assert_stored_once_in_order(store, 2, streams[-1])
 
 
+async def test_a_channel_woken_by_posts_begins_its_loop_after_a_delay(
+    tmp_path: Path, autojump_clock: Any
+) -> None:
+    """Posts to a sleeping channel are stored before its loop begins, which waits
+    POSTED_START_DELAY_S; an input that needs the loop begins it at once."""
+    store = fresh_store(tmp_path)
+    streams = [StreamId(9, n) for n in range(3)]
+    loops = lambda: sorted(  # noqa: E731
+        n for n in task_names() if n.endswith("ChannelActor.run")
+    )
+    answers: list[Any] = []
+    async with running(store) as supervisor:
+        start = trio.current_time()
+        for stream in streams:
+            request = Request(message(stream, 0), on_answer=lambda r: answers.append(r.answered()))
+            assert supervisor.post_now(stream, [request])
+        await settle()
+        assert answers == [0, 0, 0]  # stored, with no loop running
+        assert supervisor.awake() == streams and loops() == []
+        prompt_of_one = await supervisor.submit(streams[1], GetPrompt())
+        await settle()
+        assert len(loops()) == 1 and trio.current_time() == start  # begun at once
+        assert await prompt_of_one.result() == memory_text(store, streams[1], SMALL)
+        await trio.sleep_until(start + POSTED_START_DELAY_S)
+        await settle()
+        assert len(loops()) == len(streams)
+    for stream in streams:
+        assert_stored_once_in_order(store, 1, stream)
+
+
 def task_names() -> list[str]:
     """The names of every task running, from the root task down."""
     names: list[str] = []
@@ -554,6 +589,7 @@ async def test_the_task_that_serves_reads_starts_with_the_first_read(
     readers = lambda: [n for n in task_names() if n.endswith("_serve_reads")]  # noqa: E731
     async with running(store) as supervisor:
         await post_range(supervisor, 0, 5)
+        await trio.sleep(POSTED_START_DELAY_S)  # its loop begins
         await settle()
         assert supervisor.awake() == [STREAM] and readers() == []
         first = await supervisor.submit(STREAM, GetPrompt())

@@ -152,6 +152,9 @@ class Request:
         return self.answer
 
 
+_Inbox = tuple[trio.MemorySendChannel[Request], trio.MemoryReceiveChannel[Request]]
+
+
 @dataclass(frozen=True, slots=True)
 class _CompressionDone:
     stats: CompressStats | None
@@ -173,6 +176,7 @@ class Shared:
     runs_failed: int = 0
     crashes: int = 0
     purge_later: Callable[[StreamId, list[str]], None] = lambda stream, texts: None
+    start_loop: Callable[[StreamId], None] = lambda stream: None  # an actor's, not begun yet
     turns: Turns = field(default_factory=Turns)  # the channels' compression steps, in turn
 
 
@@ -214,12 +218,16 @@ class ChannelActor:
     def __init__(self, shared: Shared, stream: StreamId) -> None:
         self.shared = shared
         self.stream = stream
-        self.send, self.receive = trio.open_memory_channel[Request](shared.live.inbox_capacity)
-        # Reads (prompt, tools) and records of Eva's own calls do not wait behind posts.
-        self.read_send, self.read_receive = trio.open_memory_channel[Request](
-            shared.live.inbox_capacity
-        )
+        # Made by a plain call: subscripting the channel's type at run time costs more
+        # than the channel itself, and thousands of actors are made when a server wakes.
+        self.send: trio.MemorySendChannel[Request]
+        self.receive: trio.MemoryReceiveChannel[Request]
+        self.send, self.receive = trio.open_memory_channel(shared.live.inbox_capacity)
+        # Reads (prompt, tools) and records of Eva's own calls do not wait behind posts;
+        # their inbox is made with the first one (`read_inbox`).
+        self._reads: _Inbox | None = None
         self.started = False  # its task was started (by the supervisor)
+        self.start_queued = False  # the supervisor starts it with the next few
         self.compressing = False
         self.retry_at = math.inf
         self.retry_delay = shared.live.retry_first_seconds
@@ -274,34 +282,38 @@ class ChannelActor:
         together are woken by posts, and a task fewer makes each wake cheaper.
         """
         await self._wake()
-        async with self.receive, self.read_receive, trio.open_nursery() as nursery:
-            self._readers = nursery
-            if self.reads_pending:
-                self.want_reader()
-            while not self._may_sleep():
-                if self._refused:
-                    await self._settle_posts()
-                if self._overflowing:
-                    self._overflowing = False
-                    await self._after_posts(None)
-                request = None
-                deadline = self._next_deadline()
-                with trio.move_on_at(deadline) as self._waiting:
-                    self._serving = False
-                    request = await self.receive.receive()
-                self._serving = True
-                if request is not None:
-                    self.inbox_pending -= 1
-                if request is None:
-                    await self._on_timer()
-                elif isinstance(request.item, Post):
-                    await self._serve_posts(request)
-                else:
-                    await self._serve_after_posts(request)
-            on_sleep(self)  # no await between the check and leaving the registry
-            self.stopped = True
-            self._readers = None
-            nursery.cancel_scope.cancel()
+        try:
+            async with self.receive, trio.open_nursery() as nursery:
+                self._readers = nursery
+                if self.reads_pending:
+                    self.want_reader()
+                while not self._may_sleep():
+                    if self._refused:
+                        await self._settle_posts()
+                    if self._overflowing:
+                        self._overflowing = False
+                        await self._after_posts(None)
+                    request = None
+                    deadline = self._next_deadline()
+                    with trio.move_on_at(deadline) as self._waiting:
+                        self._serving = False
+                        request = await self.receive.receive()
+                    self._serving = True
+                    if request is not None:
+                        self.inbox_pending -= 1
+                    if request is None:
+                        await self._on_timer()
+                    elif isinstance(request.item, Post):
+                        await self._serve_posts(request)
+                    else:
+                        await self._serve_after_posts(request)
+                on_sleep(self)  # no await between the check and leaving the registry
+                self.stopped = True
+                self._readers = None
+                nursery.cancel_scope.cancel()
+        finally:
+            if self._reads is not None:  # a read sent from now on finds the inbox closed
+                self._reads[1].close()
 
     def want_reader(self) -> None:
         """A read is queued (the sender calls this before it sends one): start the task
@@ -310,8 +322,21 @@ class ChannelActor:
             self._readers.start_soon(self._serve_reads)
             self._readers = None
 
+    def read_inbox(self) -> trio.MemorySendChannel[Request]:
+        """Where reads go: made with the first one (closed already once the actor has
+        stopped, so a sender finds it so and goes to the channel's next actor)."""
+        if self._reads is None:
+            send: trio.MemorySendChannel[Request]
+            receive: trio.MemoryReceiveChannel[Request]
+            send, receive = trio.open_memory_channel(self.shared.live.inbox_capacity)
+            self._reads = send, receive
+            if self.stopped:
+                receive.close()
+        return self._reads[0]
+
     async def _serve_reads(self) -> None:
-        async for request in self.read_receive:
+        assert self._reads is not None  # a read was queued before this task started
+        async for request in self._reads[1]:
             try:
                 await self._serve(request)
             finally:
@@ -323,7 +348,7 @@ class ChannelActor:
         if trio.current_time() - self._last_active() < self.shared.live.idle_seconds:
             return False  # the common case, asked once per input: decided without a read
         stats = self.receive.statistics()
-        reads = self.read_receive.statistics()
+        reads_waiting = 0 if self._reads is None else self._reads[1].statistics().tasks_waiting_send
         return (
             not self.compressing
             and not self._in_flight
@@ -333,7 +358,7 @@ class ChannelActor:
             and self.retry_at == math.inf
             and stats.current_buffer_used == 0
             and stats.tasks_waiting_send == 0
-            and reads.tasks_waiting_send == 0
+            and reads_waiting == 0
             and self.reads_pending == 0
         )
 
@@ -578,7 +603,7 @@ class ChannelActor:
         if isinstance(outcome, Rejected):  # one of them does not fit: one by one, so only it fails
             self._next_index = None  # the batches behind it read the store again
             self._refused.extend(flight.requests)
-            self._waiting.cancel()
+            self._call_loop()
             return
         if isinstance(outcome, BaseException):
             self._failed_posts(flight.requests, outcome)
@@ -603,9 +628,16 @@ class ChannelActor:
             return
         if overflow_due(meta, self.shared.settings):
             self._overflowing = True  # the loop publishes; a publish needs awaits
-            self._waiting.cancel()
+            self._call_loop()
         else:
             self._maybe_compress(meta=meta)
+
+    def _call_loop(self) -> None:
+        """Have the loop look at once at what it must do: it stops waiting, or starts
+        now if it waits to begin (see Supervisor._actor)."""
+        self._waiting.cancel()
+        if not (self.started or self.start_queued):
+            self.shared.start_loop(self.stream)
 
     def _land(self, flight: _InFlight) -> None:
         """Take a batch out of flight."""

@@ -49,6 +49,13 @@ record and sets its tasks up (tens of microseconds); thousands at once, as at st
 or when a busy server's channels all wake, would hold the loop for a tenth of a second
 and more in one turn, with commits answered and the gateway heard only after it."""
 
+POSTED_START_DELAY_S = 0.1
+"""How long the actor of a channel woken by a post waits before its loop starts. Its
+posts go to the writer without the loop (ChannelActor.post_now), and what the loop
+serves besides (timers of seconds and more, compression's end) can wait that long; an
+input that needs the loop starts it at once. So when many channels wake in one burst,
+their loops start after it instead of during it, when every turn is full."""
+
 
 def wall_clock_ms() -> int:
     return int(time.time() * 1000)
@@ -79,12 +86,16 @@ class Supervisor:
         self._actors: dict[StreamId, ChannelActor] = {}
         self._to_start: deque[StreamId] = deque()  # channels to wake, oldest first
         self._starting = False
+        # Actors made for a post, with the time their loops start, oldest first.
+        self._posted: deque[tuple[float, StreamId]] = deque()
+        self._delaying = False
         self._woken = 0
         self._slept = 0
         self._purge_texts: dict[StreamId, list[str]] = {}
         self._purge_wanted = trio.Event()
         self.last_scan: ScanReport | None = None
         shared.purge_later = self._purge_later
+        shared.start_loop = self._start_now
 
     async def ask(self, stream: StreamId, item: ChannelInput) -> Any:
         """Send `item` to the channel's actor and wait for its answer.
@@ -121,8 +132,8 @@ class Supervisor:
             item = request.item
             reading = isinstance(item, READ_INPUTS)
             while True:
-                actor = self._actor(stream)
-                inbox = actor.read_send if reading else actor.send
+                actor = self._actor(stream, loop_now=True)
+                inbox = actor.read_inbox() if reading else actor.send
                 queued = False
                 actor.reads_pending += reading  # counted before it can be taken
                 actor.inbox_pending += not reading
@@ -150,19 +161,26 @@ class Supervisor:
 
         False, with nothing sent, when they must go through `submit_all` instead.
         """
-        return bool(requests) and self._actor(stream).post_now(requests)
+        return bool(requests) and self._actor(stream, loop_now=False).post_now(requests)
 
     def wake(self, stream: StreamId) -> None:
         """Start the channel's actor if it sleeps: made and started with the next few,
         unless an input makes it first."""
-        if stream not in self._actors:
+        if stream in self._actors:
+            self._start_now(stream)
+        else:
             self._start_later(stream)
 
-    def _actor(self, stream: StreamId) -> ChannelActor:
+    def _actor(self, stream: StreamId, loop_now: bool) -> ChannelActor:
+        """The channel's actor, made if it sleeps; its loop starts with the next few
+        (`loop_now`: the input needs it) or after POSTED_START_DELAY_S."""
         actor = self._actors.get(stream)
         if actor is None:
             actor = self._make(stream)
-            self._start_later(stream)
+            if not loop_now:
+                self._start_after_delay(stream)
+        if loop_now:
+            self._start_now(stream)
         return actor
 
     def _make(self, stream: StreamId) -> ChannelActor:
@@ -170,11 +188,38 @@ class Supervisor:
         self._woken += 1
         return actor
 
+    def _start_now(self, stream: StreamId) -> None:
+        """Start the loop of an actor made and not begun, with the next few."""
+        actor = self._actors.get(stream)
+        if actor is not None and not (actor.started or actor.start_queued):
+            self._start_later(stream)
+
     def _start_later(self, stream: StreamId) -> None:
+        actor = self._actors.get(stream)
+        if actor is not None:
+            actor.start_queued = True
         self._to_start.append(stream)
         if not self._starting:
             self._starting = True
             self._nursery.start_soon(self._start_actors)
+
+    def _start_after_delay(self, stream: StreamId) -> None:
+        self._posted.append((trio.current_time() + POSTED_START_DELAY_S, stream))
+        if not self._delaying:
+            self._delaying = True
+            self._nursery.start_soon(self._start_posted)
+
+    async def _start_posted(self) -> None:
+        """Queue the actors made for posts once their delay is over, unless an input
+        started them meanwhile, or they are started or queued already."""
+        try:
+            while self._posted:
+                await trio.sleep_until(self._posted[0][0])
+                now = trio.current_time()
+                while self._posted and self._posted[0][0] <= now:
+                    self._start_now(self._posted.popleft()[1])
+        finally:
+            self._delaying = False
 
     async def _start_actors(self) -> None:
         """Make and start the actors of the channels queued, WAKES_PER_TURN a turn; an
