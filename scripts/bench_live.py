@@ -194,7 +194,9 @@ class Lane:
         self.supervisor = supervisor
         self.stream = stream
         self.latencies = latencies
-        self.send, self.receive = trio.open_memory_channel[tuple[float, Post]](capacity)
+        self.send: trio.MemorySendChannel[tuple[float, Post]]
+        self.receive: trio.MemoryReceiveChannel[tuple[float, Post]]
+        self.send, self.receive = trio.open_memory_channel(capacity)
         self.queued = 0  # put and not taken by the task yet
         self.waiting = False  # the task waits for messages
         self.unanswered = 0
@@ -302,8 +304,9 @@ async def ingest_paced(
     its answer, so a message queued behind others counts that wait against
     it. The arrivals are released by one clock that wakes every
     `PACED_TICK_S` (or at the next arrival, if later) and puts each message
-    due by then on its channel's lane, which holds any number; the lanes are
-    served as in `ingest`. The benchmark then costs the process one timer per
+    due by then on its channel's lane, which holds any number and is made
+    with the channel's first message, as the bot's; the lanes are served as in
+    `ingest`. The benchmark then costs the process one timer per
     tick, not one per message, and a message's wait for its tick counts
     against it.
     """
@@ -312,22 +315,23 @@ async def ingest_paced(
 
     with trio.fail_after(INGEST_LIMIT_S):
         async with trio.open_nursery() as nursery:
-            lanes = []
-            for channel in range(channels):
-                stream = StreamId(GUILD, first_channel + channel)
-                lane = Lane(supervisor, stream, latencies, math.inf)
-                lanes.append(lane)
-                nursery.start_soon(lane.run)
+            lanes: dict[int, Lane] = {}
             position = 0
             while position < len(posts):
                 now = time.perf_counter()
                 while position < len(posts) and (due := started + position / rate) <= now:
-                    lanes[position % channels].put_nowait(due, posts[position])
+                    channel = position % channels
+                    lane = lanes.get(channel)
+                    if lane is None:  # as the bot's: made with the channel's first message
+                        stream = StreamId(GUILD, first_channel + channel)
+                        lane = lanes[channel] = Lane(supervisor, stream, latencies, math.inf)
+                        nursery.start_soon(lane.run)
+                    lane.put_nowait(due, posts[position])
                     position += 1
                 if position < len(posts):
                     next_due = started + position / rate
                     await trio.sleep(max(PACED_TICK_S, next_due - time.perf_counter()))
-            for lane in lanes:
+            for lane in lanes.values():
                 lane.send.close()
     return time.perf_counter() - started, latencies
 

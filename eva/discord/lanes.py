@@ -53,7 +53,9 @@ class Lane:
     """One channel's jobs, in order, and what of them is not done yet."""
 
     def __init__(self) -> None:
-        self.send, self.receive = trio.open_memory_channel[Job](math.inf)
+        self.send: trio.MemorySendChannel[Job]
+        self.receive: trio.MemoryReceiveChannel[Job]
+        self.send, self.receive = trio.open_memory_channel(math.inf)  # typed above: cheaper
         self.unstored: deque[Post] = deque()
         self.others = 0
         self.queued = 0  # put and not taken by the lane's task yet
