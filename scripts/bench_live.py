@@ -1,40 +1,46 @@
 """Benchmark the live supervisor: many channels ingesting at once, prompts, sleeping channels.
 
 Feeds the shared sample's 45,707 messages (read in place, never copied) across
-200 channels, message i to channel i % 200, in the sample's order and as fast
-as the supervisor takes them, through one lane per channel as the bot feeds
-its actors (see `ingest`), while
-compression runs in the background on the offline summarizer. Two ingest
-phases: the default settings (the 48 KiB mark is not reached with ~230
-messages a channel, so no compression runs) and small marks
-(--compress-at-kib, default 4) so compression really runs during ingest (its
-caught_up_msgs_per_s counts the time compression takes to finish after the
-feed, as well as the feed's). In
-each phase, after that saturating feed, the same messages are offered again to
-fresh channels at steady rates (--paced-rates, open loop; the first
---paced-messages of them at each rate) to time input to durable at loads
-below saturation, and then the whole sample once more at --sustained-rate
-(default 20,000 a second), open loop, to fresh channels: its latencies, the
-rate reached, and the rate counting the time compression takes to finish
-after it (sustained_caught_up_msgs_per_s), with the CPU each message cost the
-serving process and the write process, while fed and counting the catch-up
-(steadier than latency on a shared machine). Each of these timed feeds starts
-once the channels of the feeds before have published on quiet and gone to
-sleep, so that it times its own work and not what they left. Then it times
-GetPrompt on channels kept awake by the questions, and, in a fresh directory
-first thing in the process,
-measures what a sleeping channel costs in memory, then wakes all of those
-channels at once (as a restart with that much unfinished work would) and
-reports the longest turn of the trio loop meanwhile. Commits are made by a write
-process, as serving makes them (`--writer thread`: in a thread of this
-process). The garbage collector is set
-as Eva's serving processes set it (eva.live.collector), the loaded sample frozen
-like their start-up. The last line printed is one JSON object.
+200 channels, message i to channel i % 200, in the sample's order, through one
+lane per channel as the bot feeds its actors (see `ingest`), while compression
+runs in the background on the offline summarizer. Two ingest phases: the
+default settings (the 48 KiB mark is not reached with ~230 messages a channel,
+so no compression runs) and small marks (--compress-at-kib, default 4) so
+compression really runs during ingest. In each phase:
+
+- The saturating feed: the messages as fast as the supervisor takes them, a
+  lane holding up to --window of them before the feed waits. Its rate is
+  `ingest_msgs_per_s`, what the process can take (`caught_up_msgs_per_s`
+  counts the time compression takes to finish after it as well). Its latencies
+  are reported as `store_p99_ms_saturating`: a feed that never lets up keeps
+  every lane and inbox full, so each message waits behind what they hold, and
+  that figure is their size over the rate, not the time a commit takes.
+- Steady feeds (--paced-rates, open loop, the first --paced-messages messages
+  at each rate) time input to durable below saturation.
+- The sustained feed: the whole sample at --sustained-rate (default 20,000 a
+  second), open loop, --sustained-rounds times (default 3), to fresh channels
+  each time. Its latencies, pooled over the rounds, give `store_p99_ms`, input
+  to durable at the target rate (the worse of the two phases), with each
+  round's p99, the rate reached, the rate counting the time compression takes
+  to finish after it, and the CPU each message cost the serving process and
+  the write process, while fed and counting the catch-up (steadier than
+  latency on a shared machine).
+
+Each timed feed starts once the channels of the feeds before have published on
+quiet and gone to sleep, so that it times its own work and not what they left.
+Then it times GetPrompt on channels kept awake by the questions, and, in a
+fresh directory first thing in the process, measures what a sleeping channel
+costs in memory, then wakes all of those channels at once (as a restart with
+that much unfinished work would) and reports the longest turn of the trio loop
+meanwhile. Commits are made by a write process, as serving makes them
+(`--writer thread`: in a thread of this process). The garbage collector is set
+as Eva's serving processes set it (eva.live.collector), the loaded sample
+frozen like their start-up. The last line printed is one JSON object.
 
     python scripts/bench_live.py [--channels 200] [--compress-at-kib 4]
                                  [--sleeping-channels 10000] [--prompts 3000]
                                  [--window 64] [--paced-rates 1000,3000,10000]
-                                 [--sustained-rate 20000]
+                                 [--sustained-rate 20000] [--sustained-rounds 3]
 """
 
 from __future__ import annotations
@@ -86,6 +92,8 @@ PACED_MESSAGES = 10_000
 """Messages a second offered, open loop, when timing input-to-durable at a steady load."""
 SUSTAINED_RATE = 20_000.0
 """Messages a second offered, open loop, when the whole sample is fed at a steady rate."""
+SUSTAINED_ROUNDS = 3
+"""Times the whole sample is fed at SUSTAINED_RATE in each phase, to fresh channels."""
 PACED_TICK_S = 0.002
 """How often the paced feed's clock releases the messages that have arrived."""
 PACED_CHANNEL = 1_000_000
@@ -358,6 +366,70 @@ async def time_prompts(
     return samples
 
 
+async def sustained_rounds(
+    supervisor: Supervisor,
+    store: EventStore,
+    settings: MemorySettings,
+    posts: Sequence[Post],
+    channels: int,
+    rate: float,
+    rounds: int,
+    first_channel: int,
+) -> dict[str, Any]:
+    """Feed the whole sample at `rate`, open loop, `rounds` times, each to fresh channels
+    once the channels before have gone to sleep, and let compression finish after each;
+    the latencies of all the rounds together, and each round's p99.
+
+    One feed lasts a little over two seconds, and one stall of the host of some tens
+    of milliseconds within it holds up more than one message in a hundred, so a
+    single feed's p99 measures the host as much as Eva. Three feeds pooled are about
+    seven seconds of the load, over which the p99 is read.
+    """
+    latencies: list[float] = []
+    round_p99s: list[float] = []
+    fed_s = settle_s = 0.0
+    fed_cpu = [0.0, 0.0]
+    caught_up_cpu = [0.0, 0.0]
+    for number in range(rounds):
+        await wait_asleep(supervisor)  # the feeds before have published on quiet
+        before = cpu_s()
+        seconds, fed = await ingest_paced(
+            supervisor, posts, channels, rate, first_channel + number * channels
+        )
+        after_feed = cpu_s()
+        note(f"the whole sample at {rate:,.0f} msgs/s took {seconds:.2f} s "
+             f"(round {number + 1} of {rounds}; p99 {p99_ms(fed)} ms)")
+        started = time.perf_counter()
+        with trio.fail_after(STEP_LIMIT_S):
+            await settle(store, settings, supervisor)
+        settle_s += time.perf_counter() - started
+        settled = cpu_s()
+        fed_s += seconds
+        latencies += fed
+        round_p99s.append(p99_ms(fed))
+        for part in range(2):
+            fed_cpu[part] += after_feed[part] - before[part]
+            caught_up_cpu[part] += settled[part] - before[part]
+    return {
+        "offered_msgs_per_s": round(rate),
+        "rounds": rounds,
+        "achieved_msgs_per_s": round(len(latencies) / fed_s),
+        "store_p50_ms": round(sorted(latencies)[len(latencies) // 2] * 1000, 3),
+        "store_p99_ms": p99_ms(latencies),
+        "store_p99_ms_each_round": round_p99s,
+        "settle_s": round(settle_s, 3),
+        "caught_up_msgs_per_s": round(len(latencies) / (fed_s + settle_s)),
+        # Steadier than latency on a shared machine: CPU per message while fed, and
+        # with what compression did after the feed counted too.
+        "cpu_us_per_msg": cpu_us_per_message(
+            (0.0, 0.0), (fed_cpu[0], fed_cpu[1]), len(latencies)
+        ),
+        "cpu_us_per_msg_caught_up": cpu_us_per_message(
+            (0.0, 0.0), (caught_up_cpu[0], caught_up_cpu[1]), len(latencies)
+        ),
+    }
+
+
 async def ingest_phase(
     data: Path,
     posts: Sequence[Post],
@@ -368,6 +440,7 @@ async def ingest_phase(
     paced_rates: Sequence[float] = PACED_RATES,
     paced_messages: int = PACED_MESSAGES,
     sustained_rate: float = SUSTAINED_RATE,
+    sustained_rounds_n: int = SUSTAINED_ROUNDS,
 ) -> dict[str, Any]:
     """Ingest into `channels` channels, let compression finish, time prompts, let them sleep."""
     store = EventStore(open_backend(data))
@@ -398,19 +471,10 @@ async def ingest_phase(
             }
         with trio.fail_after(STEP_LIMIT_S):  # what the paced runs left is not its work
             await settle(store, settings, supervisor)
-        first = PACED_CHANNEL + len(paced_rates) * channels
-        await wait_asleep(supervisor)
-        cpu_before = cpu_s()
-        sustained_s, sustained = await ingest_paced(
-            supervisor, posts, channels, sustained_rate, first
+        sustained = await sustained_rounds(
+            supervisor, store, settings, posts, channels, sustained_rate, sustained_rounds_n,
+            PACED_CHANNEL + len(paced_rates) * channels,
         )
-        cpu_fed = cpu_s()
-        note(f"the whole sample at {sustained_rate:,.0f} msgs/s took {sustained_s:.2f} s")
-        settle_started = time.perf_counter()
-        with trio.fail_after(STEP_LIMIT_S):
-            await settle(store, settings, supervisor)
-        sustained_settle_s = time.perf_counter() - settle_started
-        cpu_settled = cpu_s()
         note("timing prompts")
         with trio.fail_after(STEP_LIMIT_S):
             # Questions to a few channels keep them awake (reads count as activity);
@@ -437,20 +501,7 @@ async def ingest_phase(
         "store_max_ms": round(max(latencies) * 1000, 3),
         "tasks_done_during_ingest": ingested.tasks_done,
         "paced": paced_runs,
-        "sustained": {
-            "offered_msgs_per_s": round(sustained_rate),
-            "achieved_msgs_per_s": round(len(sustained) / sustained_s),
-            "store_p50_ms": round(sorted(sustained)[len(sustained) // 2] * 1000, 3),
-            "store_p99_ms": p99_ms(sustained),
-            "settle_s": round(sustained_settle_s, 3),
-            "caught_up_msgs_per_s": round(len(sustained) / (sustained_s + sustained_settle_s)),
-            # Steadier than latency on a shared machine: CPU per message while fed, and
-            # with what compression did after the feed counted too.
-            "cpu_us_per_msg": cpu_us_per_message(cpu_before, cpu_fed, len(sustained)),
-            "cpu_us_per_msg_caught_up": cpu_us_per_message(
-                cpu_before, cpu_settled, len(sustained)
-            ),
-        },
+        "sustained": sustained,
         "settle_s": round(settle_s, 3),
         # Messages a second counting the time compression took to finish after the feed:
         # what the phase sustains with none of its work left for later.
@@ -573,6 +624,11 @@ def main() -> int:
         "(default %(default).0f)",
     )
     parser.add_argument(
+        "--sustained-rounds", type=int, default=SUSTAINED_ROUNDS,
+        help="times the whole sample is fed at the sustained rate, latencies pooled "
+        "(default %(default)s)",
+    )
+    parser.add_argument(
         "--writer", choices=("process", "thread"), default="process",
         help="commit in a write process (the default, as serving does) or in a thread",
     )
@@ -605,11 +661,11 @@ def main() -> int:
         print("sleeping channels:", json.dumps(sleeping), file=sys.stderr)
         plain = trio.run(ingest_phase, root / "default", posts, args.channels, default,
                          args.prompts, args.window, args.paced_rates, args.paced_messages,
-                         args.sustained_rate)
+                         args.sustained_rate, args.sustained_rounds)
         print("default marks:", json.dumps(plain), file=sys.stderr)
         compressing = trio.run(ingest_phase, root / "small", posts, args.channels, small,
                                args.prompts, args.window, args.paced_rates, args.paced_messages,
-                               args.sustained_rate)
+                               args.sustained_rate, args.sustained_rounds)
         print("small marks:", json.dumps(compressing), file=sys.stderr)
         rss_mb = round(memory_kb()["VmRSS"] / 1024, 1)
     worst = min(plain["ingest_msgs_per_s"], compressing["ingest_msgs_per_s"])
@@ -620,7 +676,12 @@ def main() -> int:
         "ingest_msgs_per_s_default_marks": plain["ingest_msgs_per_s"],
         "ingest_msgs_per_s_compressing": compressing["ingest_msgs_per_s"],
         "caught_up_msgs_per_s_compressing": compressing["caught_up_msgs_per_s"],
-        "store_p99_ms": max(plain["store_p99_ms"], compressing["store_p99_ms"]),
+        # Input to durable at the sustained rate, the worse of the two phases (see
+        # `sustained_rounds`); the saturating feed's below, for what it measures.
+        "store_p99_ms": max(
+            plain["sustained"]["store_p99_ms"], compressing["sustained"]["store_p99_ms"]
+        ),
+        "store_p99_ms_saturating": max(plain["store_p99_ms"], compressing["store_p99_ms"]),
         "store_p99_ms_paced": {
             rate: max(run["store_p99_ms"], compressing["paced"][rate]["store_p99_ms"])
             for rate, run in plain["paced"].items()
