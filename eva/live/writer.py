@@ -33,6 +33,7 @@ import trio
 from eva.core.events import AnyEvent, MessageDeleted, MessageEdited, MessagePosted
 from eva.core.keys import StreamId
 from eva.core.projection import Rejected
+from eva.live.collector import held_in_burst, hold_in_burst
 from eva.live.pace import Pace
 from eva.store.event_store import Appended, Batch, EventStore
 from eva.store.lmdb_kv import LmdbBackend
@@ -212,7 +213,7 @@ class Writer:
                     if not self._urgent:
                         if not self._background:
                             try:
-                                self._queue(await self._receive.receive())
+                                self._queue(await self._next_request())
                             except trio.EndOfChannel:
                                 break
                         elif (due := self.pace.due()) > trio.current_time():
@@ -228,6 +229,15 @@ class Writer:
                             continue
                         await self._in_flight.acquire()  # the group is chosen once it can go
                         await self._submit(self._next_group(), sent)
+
+    async def _next_request(self) -> _Request:
+        """The next append to come. A burst's hold on the collector (eva.live.collector)
+        ends once nothing came for the pace's quiet spell: the burst is over."""
+        if held_in_burst():
+            with trio.move_on_after(self.pace.quiet_after_s):
+                return await self._receive.receive()
+            hold_in_burst(False)
+        return await self._receive.receive()
 
     def _queue(self, request: _Request) -> None:
         (self._background if request.background else self._urgent).append(request)
@@ -248,6 +258,7 @@ class Writer:
             if events and _by_people(events[0]):
                 people += len(events)
         budget = self.pace.budget(trio.current_time(), people, bool(group), bool(background))
+        hold_in_burst(self.pace.busy)
         taken = 0
         while background and taken < budget:
             request = background.popleft()
