@@ -11,9 +11,9 @@ import gc
 from pathlib import Path
 
 import trio
+from test_writer import posted
 
 from eva.cli.cmd_serve import Session, serve
-from eva.core.events import MessagePosted
 from eva.core.keys import StreamId
 from eva.core.settings import MemorySettings
 from eva.live.collector import (
@@ -89,13 +89,3 @@ async def test_the_writer_holds_collections_in_a_burst_and_ends_the_hold_when_qu
             assert not held_in_burst() and gc.isenabled()
     assert gc.isenabled()
 
-
-def posted(index: int) -> MessagePosted:
-    return MessagePosted(
-        at_ms=1_700_000_000_000 + index,
-        index=index,
-        message_id=500 + index,
-        author_id=3,
-        author_name="ann",
-        content=f"message {index}",
-    )
