@@ -3,8 +3,10 @@
 # Shell (trio). It starts an actor on a channel's first input and forgets it
 # when the actor goes to sleep; at start-up it wakes every channel whose
 # projections say work is unfinished (compression due, merges ready, a
-# publish due). Many wakes at once are spread over turns of the scheduler.
-# Model calls of every channel share one capacity limiter.
+# publish due). Many wakes at once are spread over turns of the scheduler,
+# and a channel woken by a post begins its loop a little later, after the
+# burst (its posts need no loop). Model calls of every channel share one
+# capacity limiter.
 from __future__ import annotations
 
 import logging
