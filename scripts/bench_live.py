@@ -109,6 +109,11 @@ LANE_BATCH = 256
 """Most messages a lane submits together: the bot's (eva.discord.bot.LANE_BATCH)."""
 
 
+def p50_ms(samples: Sequence[float]) -> float:
+    ordered = sorted(samples)
+    return round(ordered[len(ordered) // 2] * 1000, 3) if ordered else 0.0
+
+
 def p99_ms(samples: Sequence[float]) -> float:
     ordered = sorted(samples)
     if not ordered:
@@ -414,7 +419,7 @@ async def sustained_rounds(
         "offered_msgs_per_s": round(rate),
         "rounds": rounds,
         "achieved_msgs_per_s": round(len(latencies) / fed_s),
-        "store_p50_ms": round(sorted(latencies)[len(latencies) // 2] * 1000, 3),
+        "store_p50_ms": p50_ms(latencies),
         "store_p99_ms": p99_ms(latencies),
         "store_p99_ms_each_round": round_p99s,
         "settle_s": round(settle_s, 3),
@@ -466,7 +471,7 @@ async def ingest_phase(
             note(f"paced ingest at {rate:,.0f} msgs/s took {paced_s:.2f} s")
             paced_runs[f"{rate:.0f}"] = {
                 "achieved_msgs_per_s": round(len(paced) / paced_s),
-                "store_p50_ms": round(sorted(paced)[len(paced) // 2] * 1000, 3),
+                "store_p50_ms": p50_ms(paced),
                 "store_p99_ms": p99_ms(paced),
             }
         with trio.fail_after(STEP_LIMIT_S):  # what the paced runs left is not its work
@@ -496,7 +501,7 @@ async def ingest_phase(
         "messages": len(posts),
         "ingest_s": round(seconds, 3),
         "ingest_msgs_per_s": round(len(posts) / seconds),
-        "store_p50_ms": round(sorted(latencies)[len(latencies) // 2] * 1000, 3),
+        "store_p50_ms": p50_ms(latencies),
         "store_p99_ms": p99_ms(latencies),
         "store_max_ms": round(max(latencies) * 1000, 3),
         "tasks_done_during_ingest": ingested.tasks_done,
@@ -511,7 +516,7 @@ async def ingest_phase(
         "appends": stats.appends,
         "publishes_pending": sum(m.leaf_frontier > m.row_frontier for m in metas),
         "rows_published": sum(m.row_seq >= 0 for m in metas),
-        "prompt_p50_ms": round(sorted(warm)[len(warm) // 2] * 1000, 3) if warm else 0.0,
+        "prompt_p50_ms": p50_ms(warm),
         "prompt_p99_ms": p99_ms(warm),
         "awake_after_prompts": awake_while_timed,
         "prompt_cold_p99_ms": p99_ms(cold),

@@ -577,18 +577,13 @@ class ChannelActor:
             for request, index in zip(batch, indexes, strict=True):
                 request.reply(index)
             return None
-        if len(posts) == 1:  # the common case: one post, new (events were made)
-            post, index = posts[0], indexes[0]
-            assert index is not None
-            self._touch(post.at_ms)
-            end = self._next_index = index + 1
-            self._in_flight_ids[post.message_id] = index
-        else:
-            self._touch(max(post.at_ms for post in posts))
-            end = self._next_index = max(i for i in indexes if i is not None) + 1
-            for post, index in zip(posts, indexes, strict=True):
-                if index is not None:
-                    self._in_flight_ids[post.message_id] = index
+        self._touch(max(post.at_ms for post in posts))
+        end = 0
+        for post, index in zip(posts, indexes, strict=True):
+            if index is not None:  # new posts take the next indexes in order: the last ends
+                self._in_flight_ids[post.message_id] = index
+                end = index + 1
+        self._next_index = end
         self._posts_in_flight += len(batch)
         last = self._in_flight[-1] if self._in_flight else None
         if last is not None and last.queued is not None and self.shared.writer.join(

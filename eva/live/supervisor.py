@@ -97,7 +97,7 @@ class Supervisor:
         self._purge_wanted = trio.Event()
         self.last_scan: ScanReport | None = None
         shared.purge_later = self._purge_later
-        shared.start_loop = self._start_now
+        shared.start_loop = self._start_soon
 
     async def ask(self, stream: StreamId, item: ChannelInput) -> Any:
         """Send `item` to the channel's actor and wait for its answer.
@@ -168,10 +168,7 @@ class Supervisor:
     def wake(self, stream: StreamId) -> None:
         """Start the channel's actor if it sleeps: made and started with the next few,
         unless an input makes it first."""
-        if stream in self._actors:
-            self._start_now(stream)
-        else:
-            self._start_later(stream)
+        self._start_soon(stream)
 
     def _actor(self, stream: StreamId, loop_now: bool) -> ChannelActor:
         """The channel's actor, made if it sleeps; its loop starts with the next few
@@ -182,7 +179,7 @@ class Supervisor:
             if not loop_now:
                 self._start_after_delay(stream)
         if loop_now:
-            self._start_now(stream)
+            self._start_soon(stream)
         return actor
 
     def _make(self, stream: StreamId) -> ChannelActor:
@@ -190,15 +187,13 @@ class Supervisor:
         self._woken += 1
         return actor
 
-    def _start_now(self, stream: StreamId) -> None:
-        """Start the loop of an actor made and not begun, with the next few."""
-        actor = self._actors.get(stream)
-        if actor is not None and not (actor.started or actor.start_queued):
-            self._start_later(stream)
-
-    def _start_later(self, stream: StreamId) -> None:
+    def _start_soon(self, stream: StreamId) -> None:
+        """Start the channel's loop with the next few, unless it has begun or waits in
+        the queue already; the actor of a sleeping channel is made then."""
         actor = self._actors.get(stream)
         if actor is not None:
+            if actor.started or actor.start_queued:
+                return
             actor.start_queued = True
         self._to_start.append(stream)
         if not self._starting:
@@ -219,7 +214,9 @@ class Supervisor:
                 await trio.sleep_until(self._posted[0][0])
                 now = trio.current_time()
                 while self._posted and self._posted[0][0] <= now:
-                    self._start_now(self._posted.popleft()[1])
+                    stream = self._posted.popleft()[1]
+                    if stream in self._actors:  # not asleep again already
+                        self._start_soon(stream)
         finally:
             self._delaying = False
 
