@@ -330,6 +330,7 @@ async def ingest_paced(
         async with trio.open_nursery() as nursery:
             lanes: dict[int, Lane] = {}
             position = 0
+            tick = started  # when the clock last released messages
             while position < len(posts):
                 now = time.perf_counter()
                 while position < len(posts) and (due := started + position / rate) <= now:
@@ -341,9 +342,9 @@ async def ingest_paced(
                         nursery.start_soon(lane.run)
                     lane.put_nowait(due, posts[position])
                     position += 1
-                if position < len(posts):
-                    next_due = started + position / rate
-                    await trio.sleep(max(PACED_TICK_S, next_due - time.perf_counter()))
+                if position < len(posts):  # the next tick, on time however long this one took
+                    tick = max(tick + PACED_TICK_S, started + position / rate)
+                    await trio.sleep(max(0.0, tick - time.perf_counter()))
             for lane in lanes.values():
                 lane.send.close()
     return time.perf_counter() - started, latencies
