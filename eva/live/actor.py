@@ -541,18 +541,26 @@ class ChannelActor:
         POSTS_IN_FLIGHT at most, and the writer has room; False, with nothing
         done, when they must go through the inbox.
         """
-        posts = [request.item for request in batch if isinstance(request.item, Post)]
         if (
             self._serving
             or self.inbox_pending
             or self.stopped
             or self._refused
             or self._overflowing
-            or len(posts) != len(batch)
             or self._posts_in_flight + len(batch) > POSTS_IN_FLIGHT
-            or any(post.message_id in self._in_flight_ids for post in posts)
         ):
             return False
+        if len(batch) == 1:  # the common case, with no list made to check it
+            post = batch[0].item
+            if not isinstance(post, Post) or post.message_id in self._in_flight_ids:
+                return False
+            posts = [post]
+        else:
+            posts = [request.item for request in batch if isinstance(request.item, Post)]
+            if len(posts) != len(batch) or any(
+                post.message_id in self._in_flight_ids for post in posts
+            ):
+                return False
         flight = self._take_off(batch, posts)
         if flight is None:
             return True  # answered already, or joined the last batch
@@ -568,21 +576,30 @@ class ChannelActor:
         """Give the posts their indexes and put them in flight: a new batch, for the
         caller to queue its events, or None when there is nothing to queue (each is
         answered already, or they joined the last batch, still waiting for the writer)."""
-        try:
-            indexes, events = self._new_posts(posts, unread=True)
-        except Exception as error:  # a store that cannot be read must not stop the channel
-            self._failed_posts(batch, error)
-            return None
-        if not events:
-            for request, index in zip(batch, indexes, strict=True):
-                request.reply(index)
-            return None
-        self._touch(max(post.at_ms for post in posts))
-        end = 0
-        for post, index in zip(posts, indexes, strict=True):
-            if index is not None:  # new posts take the next indexes in order: the last ends
-                self._in_flight_ids[post.message_id] = index
-                end = index + 1
+        end = self._next_index
+        if end is not None and len(posts) == 1 and posts[0].message_id not in self._in_flight_ids:
+            post = posts[0]  # the common case: one new post, its index known (see `_places`)
+            indexes: list[int | None] = [end]
+            events: list[AnyEvent] = [posted_event(post, end)]
+            self._touch(post.at_ms)
+            self._in_flight_ids[post.message_id] = end
+            end += 1
+        else:
+            try:
+                indexes, events = self._new_posts(posts, unread=True)
+            except Exception as error:  # a store that cannot be read must not stop the channel
+                self._failed_posts(batch, error)
+                return None
+            if not events:
+                for request, index in zip(batch, indexes, strict=True):
+                    request.reply(index)
+                return None
+            self._touch(max(post.at_ms for post in posts))
+            end = 0
+            for post, index in zip(posts, indexes, strict=True):
+                if index is not None:  # new posts take the next indexes in order: the last ends
+                    self._in_flight_ids[post.message_id] = index
+                    end = index + 1
         self._next_index = end
         self._posts_in_flight += len(batch)
         last = self._in_flight[-1] if self._in_flight else None
@@ -709,12 +726,6 @@ class ChannelActor:
     ) -> tuple[list[int | None], list[AnyEvent]]:
         """Each post's index (None if stored before), and the events that store the new
         (`unread`: see `_places`)."""
-        next_known = self._next_index if unread else None
-        if next_known is not None and len(posts) == 1:  # the common case, as `_places` does it
-            post = posts[0]
-            if post.message_id in self._in_flight_ids:
-                return [None], []
-            return [next_known], [posted_event(post, next_known)]
         indexes = [
             None if place is None or place.stored else place.at
             for place in self._places(posts, unread)
