@@ -607,6 +607,19 @@ async def sleeping_phase(data: Path, posts: Sequence[Post], channels: int) -> di
     }
 
 
+def positive(kind: Callable[[str], float]) -> Callable[[str], float]:
+    """An argument parser's type: `kind` of the text, refused unless above zero."""
+
+    def parse(text: str) -> float:
+        value = kind(text)
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"must be above zero, not {text}")
+        return value
+
+    parse.__name__ = kind.__name__  # argparse names the type in its error: "invalid int value"
+    return parse
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--export", type=Path, default=SAMPLE)
@@ -625,12 +638,12 @@ def main() -> int:
         help="messages offered at each steady rate (default %(default)s)",
     )
     parser.add_argument(
-        "--sustained-rate", type=float, default=SUSTAINED_RATE,
+        "--sustained-rate", type=positive(float), default=SUSTAINED_RATE,
         help="messages a second at which the whole sample is fed once more, open loop "
         "(default %(default).0f)",
     )
     parser.add_argument(
-        "--sustained-rounds", type=int, default=SUSTAINED_ROUNDS,
+        "--sustained-rounds", type=positive(int), default=SUSTAINED_ROUNDS,
         help="times the whole sample is fed at the sustained rate, latencies pooled "
         "(default %(default)s)",
     )
