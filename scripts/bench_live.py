@@ -393,6 +393,7 @@ async def sustained_rounds(
     """
     latencies: list[float] = []
     round_p99s: list[float] = []
+    round_cpu: list[dict[str, float]] = []
     fed_s = settle_s = 0.0
     fed_cpu = [0.0, 0.0]
     caught_up_cpu = [0.0, 0.0]
@@ -413,6 +414,7 @@ async def sustained_rounds(
         fed_s += seconds
         latencies += fed
         round_p99s.append(p99_ms(fed))
+        round_cpu.append(cpu_us_per_message(before, after_feed, len(fed)))
         for part in range(2):
             fed_cpu[part] += after_feed[part] - before[part]
             caught_up_cpu[part] += settled[part] - before[part]
@@ -433,6 +435,9 @@ async def sustained_rounds(
         "cpu_us_per_msg_caught_up": cpu_us_per_message(
             (0.0, 0.0), (caught_up_cpu[0], caught_up_cpu[1]), len(latencies)
         ),
+        # Each round's, beside its p99: the same work costs more CPU while the shared
+        # host is slow, so a round whose p99 stands out can be told from one that is not.
+        "cpu_us_per_msg_each_round": round_cpu,
     }
 
 
