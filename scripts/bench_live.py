@@ -404,8 +404,9 @@ async def sustained_rounds(
             supervisor, posts, channels, rate, first_channel + number * channels
         )
         after_feed = cpu_s()
+        round_p99s.append(p99_ms(fed))
         note(f"the whole sample at {rate:,.0f} msgs/s took {seconds:.2f} s "
-             f"(round {number + 1} of {rounds}; p99 {p99_ms(fed)} ms)")
+             f"(round {number + 1} of {rounds}; p99 {round_p99s[-1]} ms)")
         started = time.perf_counter()
         with trio.fail_after(STEP_LIMIT_S):
             await settle(store, settings, supervisor)
@@ -413,7 +414,6 @@ async def sustained_rounds(
         settled = cpu_s()
         fed_s += seconds
         latencies += fed
-        round_p99s.append(p99_ms(fed))
         round_cpu.append(cpu_us_per_message(before, after_feed, len(fed)))
         for part in range(2):
             fed_cpu[part] += after_feed[part] - before[part]
