@@ -88,4 +88,3 @@ async def test_the_writer_holds_collections_in_a_burst_and_ends_the_hold_when_qu
             await trio.sleep(pace.quiet_after_s + 0.01)  # nothing comes: quiet
             assert not held_in_burst() and gc.isenabled()
     assert gc.isenabled()
-
