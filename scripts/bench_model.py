@@ -1,13 +1,22 @@
-"""Benchmark the model side on the shared sample: requests, tokens and cost of compression.
+"""Benchmark the tree's model side on the shared sample: tasks, requests, tokens and dollars.
 
-Plays the 45,707-message sample (read in place, never copied) through
-compression and publishing on its own timeline, with the real anthropic SDK
-and the Claude line writer talking to the fake Messages API on loopback, which
-answers every task with a line that fills the 512-byte limit. The fake counts
-tokens as UTF-8 bytes / 4. Then runs `eva simulate-cache` on the same sample
-with a question to Eva every few minutes. The last line printed is one JSON object.
+Plays the 45,707-message sample (read in place, never copied) through compression
+and publishing on its own timeline, with the real anthropic SDK and the Claude
+line writer talking to the fake Messages API on loopback, which counts tokens
+with the newer tokenizer's estimate (eva.core.prices.BYTES_PER_TOKEN). Two
+fakes answer the line requests:
 
-    python scripts/bench_model.py [--export PATH] [--every-minutes M]
+- worst: every line fills the 512-byte limit, whatever the target asks;
+- realistic: a model that keeps to the target size it is given but writes no
+  more than the text holds: a merged line is about 45% of its two halves, a long
+  message's leaf about 300 bytes, each within the task's target range.
+
+The realistic fake runs once per line target share (ModelSettings.line_target_share),
+since the target decides how often two lines glue into their parent with no call.
+Dollars are at the price table's Claude Haiku 5.5 rates, list and through the
+Message Batches API. The last line printed is one JSON object.
+
+    python scripts/bench_model.py [--export PATH] [--shares 1.0,0.75,0.5]
 """
 
 from __future__ import annotations
@@ -16,13 +25,13 @@ import argparse
 import gzip
 import json
 import re
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import trio
 
 from eva.cli.cmd_import import import_bytes
@@ -35,101 +44,132 @@ from eva.model.client import make_client
 from eva.model.line_writer import ClaudeLineWriter
 from eva.store.event_store import EventStore
 from eva.store.lmdb_kv import open_backend
-from eva.testing.fake_anthropic import FakeMessagesAPI
+from eva.testing.fake_anthropic import JSON, FakeMessagesAPI
 
 SAMPLE = Path(__file__).resolve().parents[2] / "shared" / "data" / "komodo-talk-general.dce.json.gz"
-TASK = re.compile(r'<task address="(\d+\+\d+)"')
+TASK = re.compile(
+    r'<task address="(\d+\+\d+)" kind="(message|merge)"[^>]*?input="(\d+) bytes[^"]*"'
+    r'[^>]*?target="(\d+) to (\d+) bytes"'
+)
 FILLER = "word " * 200
+LIMIT = 512
+MERGE_SHARE = 0.45
+LEAF_BYTES = 300
 
 
-def full_lines(body: dict[str, Any]) -> str:
-    """Answer every task of a line request with a line of exactly 512 bytes."""
+def _request_text(body: JSON) -> str:
     messages = body.get("messages", [])
     text = messages[-1]["content"] if messages else ""
     if not isinstance(text, str):
         text = " ".join(block.get("text", "") for block in text)
+    return str(text)
+
+
+def _line(address: str, size: int) -> str:
+    head = f"Someone: line for {address} "
+    return f'<line address="{address}">{(head + FILLER)[:size].rstrip()}</line>'
+
+
+def worst_lines(body: JSON) -> str:
+    """Every task answered with a line of exactly the limit."""
+    return "\n".join(_line(m[0], LIMIT) for m in TASK.findall(_request_text(body)))
+
+
+def realistic_lines(body: JSON) -> str:
+    """Every task answered within its target, with no more than its text holds."""
     answers = []
-    for address in TASK.findall(text) or TASK.findall(json.dumps(messages)):
-        head = f"Someone: line for {address} "
-        answers.append(f'<line address="{address}">{(head + FILLER)[:512].rstrip()}</line>')
+    for address, kind, given, low, high in TASK.findall(_request_text(body)):
+        wanted = int(int(given) * MERGE_SHARE) if kind == "merge" else LEAF_BYTES
+        answers.append(_line(address, max(int(low), min(int(high), wanted))))
     return "\n".join(answers)
+
+
+def build(raw: bytes, export: Path, answer: Any, share: float) -> dict[str, Any]:
+    """Play the sample through the line writer against a fake answering with `answer`."""
+    fake = FakeMessagesAPI(answer=answer)
+    with tempfile.TemporaryDirectory(prefix="eva-bench-model-") as tmp, fake.serve():
+        data = Path(tmp)
+        report = import_bytes(data, raw, export)
+        source = StreamId(int(report.guild_id), int(report.channel_id))
+        store = EventStore(open_backend(data))
+        posts = [e for _, e in store.events(source) if isinstance(e, MessagePosted)]
+        played = StreamId(source.guild_id, source.channel_id + 1)
+        settings = ModelSettings(
+            base_url=fake.url, batch_poll_seconds=0.0, use_batches=False,
+            line_target_share=share,
+        )
+        writer = ClaudeLineWriter(make_client(settings, fake.key), settings)
+        started = time.perf_counter()
+        built = trio.run(Memory(store, played, writer, MemorySettings()).play, posts)
+        seconds = time.perf_counter() - started
+        lines = [e for _, e in store.events(played) if isinstance(e, LineWritten)]
+        requests = len(fake.message_requests())
+    model = [line for line in lines if line.how == "model"]
+    usage = Usage(
+        input_tokens=sum(line.usage.input_tokens for line in model if line.usage),
+        output_tokens=sum(line.usage.output_tokens for line in model if line.usage),
+        cache_write_tokens=sum(line.usage.cache_write_tokens for line in model if line.usage),
+        cache_read_tokens=sum(line.usage.cache_read_tokens for line in model if line.usage),
+    )
+    price = settings.prices[settings.line_model]
+    merged = [len(line.text.encode()) for line in model if line.size > 1]
+    return {
+        "share": share,
+        "messages": len(posts),
+        "requests": requests,
+        "tasks": len(model),
+        "glued": sum(line.how == "glue" for line in lines),
+        "requests_per_message": round(requests / len(posts), 4),
+        "tasks_per_message": round(len(model) / len(posts), 4),
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
+        "cache_write_tokens": usage.cache_write_tokens,
+        "cache_read_tokens": usage.cache_read_tokens,
+        "mean_merged_line_bytes": round(sum(merged) / max(len(merged), 1)),
+        # every request priced on its own would differ only above the 100k tier, which no
+        # line request comes near (a few tasks of at most two 512-byte halves)
+        "list_usd": round(cost_of(usage, price), 3),
+        "batch_usd": round(cost_of(usage, price, batch=True), 3),
+        "publishes": built.publishes,
+        "build_s": round(seconds, 1),
+    }
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--export", type=Path, default=SAMPLE)
-    parser.add_argument("--every-minutes", type=float, default=3.0)
+    parser.add_argument("--shares", default="1.0,0.75,0.5",
+                        help="line target shares to try with the realistic fake")
     args = parser.parse_args()
     if not args.export.exists():
         print(f"no sample at {args.export}; nothing to measure", file=sys.stderr)
         return 0
+    shares = [float(share) for share in args.shares.split(",")]
     raw = gzip.decompress(args.export.read_bytes())
-    memory_settings = MemorySettings()
-    fake = FakeMessagesAPI(answer=full_lines)
-    with tempfile.TemporaryDirectory(prefix="eva-bench-model-") as tmp, fake.serve():
-        data = Path(tmp)
-        report = import_bytes(data, raw, args.export)
-        source = StreamId(int(report.guild_id), int(report.channel_id))
-        store = EventStore(open_backend(data))
-        posts = [e for _, e in store.events(source) if isinstance(e, MessagePosted)]
-        played = StreamId(source.guild_id, source.channel_id + 1)
-        settings = ModelSettings(base_url=fake.url, batch_poll_seconds=0.0, use_batches=False)
-        writer = ClaudeLineWriter(make_client(settings, fake.key), settings)
-        started = time.perf_counter()
-        built = trio.run(Memory(store, played, writer, memory_settings).play, posts)
-        build_s = time.perf_counter() - started
-        lines = [
-            e for _, e in store.events(played) if isinstance(e, LineWritten) and e.how == "model"
-        ]
-    usage = Usage(
-        input_tokens=sum(line.usage.input_tokens for line in lines if line.usage),
-        output_tokens=sum(line.usage.output_tokens for line in lines if line.usage),
-        cache_write_tokens=sum(line.usage.cache_write_tokens for line in lines if line.usage),
-        cache_read_tokens=sum(line.usage.cache_read_tokens for line in lines if line.usage),
-    )
-    price = settings.prices[settings.line_model]
-    requests = len(fake.message_requests())
-    simulated = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "eva.cli.main",
-            "simulate-cache",
-            str(args.export),
-            "--every-minutes",
-            str(args.every_minutes),
-            "--policy",
-            "quiet",
-            "--ttl",
-            "5m",
-            "--json",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    simulation = json.loads(simulated.stdout.strip().splitlines()[-1])
-    quiet = next(r for r in simulation["results"] if r["policy"] == "quiet")
+    default_share = ModelSettings().line_target_share
+    worst = build(raw, args.export, worst_lines, default_share)
+    print("worst", json.dumps(worst), file=sys.stderr)
+    realistic = []
+    for share in shares:
+        realistic.append(build(raw, args.export, realistic_lines, share))
+        print("realistic", json.dumps(realistic[-1]), file=sys.stderr)
+    chosen = next((r for r in realistic if r["share"] == default_share), realistic[0])
+    price = msgspec.to_builtins(ModelSettings().prices[ModelSettings().line_model])
     result = {
-        "messages": len(posts),
-        "requests": requests,
-        "tasks": len(lines),
-        "requests_per_message": round(requests / len(posts), 4),
-        "tasks_per_request": round(len(lines) / max(requests, 1), 2),
-        "input_tokens": usage.input_tokens,
-        "output_tokens": usage.output_tokens,
-        "cache_write_tokens": usage.cache_write_tokens,
-        "cache_read_tokens": usage.cache_read_tokens,
-        "line_model": settings.line_model,
-        "price_per_mtok_in_out": [price.input, price.output],
-        "list_cost_usd": round(cost_of(usage, price), 2),
-        "batch_cost_usd": round(cost_of(usage, price, batch=True), 2),
-        "reply_cache_read_share": quiet["reply_cache_read_share"],
-        "reply_every_minutes": args.every_minutes,
-        "reply_cost_usd": quiet["usd_per_reply"],
-        "publishes": built.publishes,
-        "build_s": round(build_s, 1),
-        "tokens_are": "UTF-8 bytes / 4, counted by the fake",
+        "messages": worst["messages"],
+        "line_model": ModelSettings().line_model,
+        "price_per_mtok": price,
+        "tokens_are": "UTF-8 bytes / eva.core.prices.BYTES_PER_TOKEN, counted by the fake",
+        "list_cost_usd": worst["list_usd"],
+        "batch_cost_usd": worst["batch_usd"],
+        "requests_per_message": worst["requests_per_message"],
+        "worst_tasks_per_message": worst["tasks_per_message"],
+        "line_target_share": default_share,
+        "realistic_list_usd": chosen["list_usd"],
+        "realistic_batch_usd": chosen["batch_usd"],
+        "realistic_tasks_per_message": chosen["tasks_per_message"],
+        "realistic_by_share": realistic,
+        "worst": worst,
     }
     print(json.dumps(result))
     return 0

@@ -31,6 +31,7 @@ from eva.core.address import Address
 from eva.core.events import LineWritten, MessagePosted, RowPublished, ToolCalled
 from eva.core.keys import StreamId
 from eva.core.projection import Rejected, rendered_size
+from eva.core.prompt import MemoryPrompt
 from eva.core.settings import KIB, MINUTE_MS, LiveSettings, MemorySettings
 from eva.core.summarize import OfflineSummarizer, Summarizer, Summary, Task
 from eva.core.timing import compression_due
@@ -197,9 +198,9 @@ async def asleep_with_a_message(supervisor: Supervisor, streams: list[StreamId])
 
 
 async def prompt(supervisor: Supervisor, stream: StreamId = STREAM) -> str:
-    text = await supervisor.ask(stream, GetPrompt())
-    assert isinstance(text, str)
-    return text
+    memory = await supervisor.ask(stream, GetPrompt())
+    assert isinstance(memory, MemoryPrompt)
+    return memory.block
 
 
 def split_prompt(text: str) -> tuple[list[str], list[str]]:
@@ -559,7 +560,7 @@ async def test_a_channel_woken_by_posts_begins_its_loop_after_a_delay(
         prompt_of_one = await supervisor.submit(streams[1], GetPrompt())
         await settle()
         assert len(loops()) == 1 and trio.current_time() == start  # begun at once
-        assert await prompt_of_one.result() == memory_text(store, streams[1], SMALL)
+        assert (await prompt_of_one.result()).block == memory_text(store, streams[1], SMALL)
         await trio.sleep_until(start + POSTED_START_DELAY_S)
         await settle()
         assert len(loops()) == len(streams)
@@ -595,7 +596,7 @@ async def test_the_task_that_serves_reads_starts_with_the_first_read(
         first = await supervisor.submit(STREAM, GetPrompt())
         second = await supervisor.submit(STREAM, Recall(query="topic3"))
         assert len(readers()) == 1
-        assert await first.result() == memory_text(store, STREAM, SMALL)
+        assert (await first.result()).block == memory_text(store, STREAM, SMALL)
         assert (await second.result()).total == 1
         await post_range(supervisor, 5, 6)
         assert await prompt(supervisor) == memory_text(store, STREAM, SMALL)
@@ -662,8 +663,9 @@ async def test_a_prompt_shows_the_posts_ahead_as_they_will_be_stored(
         early = await supervisor.ask(STREAM, GetPrompt(ahead=tuple(ahead)))
         for post in ahead:
             await supervisor.ask(STREAM, post)
-        assert early == await prompt(supervisor)
-        _, tail = split_prompt(early)
+        assert isinstance(early, MemoryPrompt)
+        assert early.block == await prompt(supervisor)
+        _, tail = split_prompt(early.block)
         assert [line.split("]")[0] for line in tail] == [f"[{index}" for index in range(8)]
 
 

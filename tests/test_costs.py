@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from eva.cli.cmd_cost import load_model_settings
+from eva.cli.common import UserError
 from eva.cli.main import main
-from eva.core.costs import cost_of, sum_costs
+from eva.core.costs import cost_of, reply_cost, sum_costs
 from eva.core.events import (
     AnyEvent,
     ChannelDescribed,
@@ -19,7 +20,7 @@ from eva.core.events import (
     Usage,
 )
 from eva.core.keys import StreamId
-from eva.core.settings import Price, default_prices
+from eva.core.prices import Price, default_prices
 from eva.store.event_store import EventStore
 from eva.store.lmdb_kv import open_backend
 
@@ -45,6 +46,73 @@ def test_cost_of_uses_explicit_cache_prices_over_the_multiples() -> None:
     assert cost_of(usage, price) == pytest.approx(5.0)
     with pytest.raises(ValueError, match="cache_ttl"):
         cost_of(usage, price, cache_ttl="1d")
+
+
+HAIKU_55 = default_prices()["claude-haiku-5-5"]
+
+
+def test_a_haiku_5_5_request_just_under_the_long_prompt_tier_pays_the_base_rates() -> None:
+    # 99,000 uncached + 1,000 read = a prompt of exactly 100,000 tokens: "up to 100,000"
+    usage = Usage(input_tokens=99_000, cache_read_tokens=1_000, output_tokens=500)
+    assert usage.prompt_tokens == 100_000
+    # 99,000 x 0.10 + 1,000 x 0.01 + 500 x 0.50 = 10,160 per million
+    assert cost_of(usage, HAIKU_55) == pytest.approx(0.01016)
+
+
+def test_a_haiku_5_5_request_just_over_the_tier_pays_five_times_on_every_token() -> None:
+    usage = Usage(input_tokens=99_001, cache_read_tokens=1_000, output_tokens=500)
+    # 99,001 x 0.50 + 1,000 x 0.05 + 500 x 2.50 = 50,800.5 per million: output too
+    assert cost_of(usage, HAIKU_55) == pytest.approx(0.0508005)
+    # cache writes count toward the prompt as well
+    written = Usage(input_tokens=50_000, cache_write_tokens=50_001)
+    assert cost_of(written, HAIKU_55) == pytest.approx((50_000 * 0.50 + 50_001 * 0.625) / 1e6)
+
+
+def test_one_hour_and_five_minute_writes_in_one_request_each_pay_their_rate() -> None:
+    usage = Usage(
+        input_tokens=1_000,
+        output_tokens=200,
+        cache_write_tokens=30_000,
+        cache_write_1h_tokens=20_000,
+        cache_read_tokens=5_000,
+    )
+    # 1,000 x 0.10 + 200 x 0.50 + 10,000 x 0.125 + 20,000 x 0.20 + 5,000 x 0.01 = 5,500
+    assert cost_of(usage, HAIKU_55) == pytest.approx(0.0055)
+    sonnet = default_prices()["claude-sonnet-5-5"]
+    # 1,000 x 2 + 200 x 10 + 10,000 x 2.50 + 20,000 x 4 + 5,000 x 0.20 = 110,000
+    assert cost_of(usage, sonnet) == pytest.approx(0.11)
+
+
+def test_a_batch_pays_half_of_input_and_output() -> None:
+    usage = Usage(input_tokens=4_000, output_tokens=300)
+    # (4,000 x 0.10 + 300 x 0.50) / 2 = 275 per million
+    assert cost_of(usage, HAIKU_55, batch=True) == pytest.approx(0.000275)
+    assert cost_of(usage, default_prices()["claude-haiku-4-5"], batch=True) == pytest.approx(
+        (4_000 * 1.0 + 300 * 5.0) / 2 / 1e6
+    )
+
+
+def test_a_reply_is_priced_request_by_request_so_two_rounds_never_add_up_to_the_tier() -> None:
+    round_usage = Usage(input_tokens=10_000, cache_read_tokens=50_000, output_tokens=100)
+    reply = ReplyWritten(
+        at_ms=0,
+        model="claude-haiku-5-5",
+        usage=Usage(input_tokens=20_000, cache_read_tokens=100_000, output_tokens=200),
+        requests=(round_usage, round_usage),
+    )
+    # each round: 10,000 x 0.10 + 50,000 x 0.01 + 100 x 0.50 = 1,550 per million
+    assert reply_cost(reply, HAIKU_55) == pytest.approx(2 * 0.00155)
+    # priced as one request of 120,000 tokens it would pay the long-prompt rates
+    assert cost_of(reply.usage, HAIKU_55) == pytest.approx(
+        (20_000 * 0.5 + 100_000 * 0.05 + 200 * 2.5) / 1e6
+    )
+
+
+def test_the_price_table_refuses_nonsense(tmp_path: Path) -> None:
+    settings = tmp_path / "eva.toml"
+    settings.write_text('[models.prices.claude-haiku-5-5]\ninput = -1.0\noutput = 1.0\n')
+    with pytest.raises(UserError, match="must not be negative"):
+        load_model_settings(settings)
 
 
 def _line(start: int, how: str, model: str = "", usage: Usage | None = None) -> LineWritten:
@@ -76,11 +144,13 @@ def test_sum_costs_splits_lines_and_replies_and_never_prices_an_unknown_model() 
     report = sum_costs(_events(), default_prices())
     haiku = report.rows[("claude-haiku-5-5", "lines")]
     assert (haiku.calls, haiku.input_tokens, haiku.output_tokens) == (1, 1000, 200)
-    assert haiku.usd == pytest.approx(0.002)
-    assert report.rows[("claude-sonnet-5-5", "replies")].usd == pytest.approx(0.0135)
+    # Haiku 5.5: 1000 x $0.10 + 200 x $0.50 per million
+    assert haiku.usd == pytest.approx(0.0002)
+    # Sonnet 5.5: 500 x 2 + 100 x 10 + 2000 x 2.50 (5-minute writes) + 10,000 x 0.20 (reads)
+    assert report.rows[("claude-sonnet-5-5", "replies")].usd == pytest.approx(0.009)
     assert report.rows[("mystery-model", "lines")].usd is None
     assert report.unpriced == ["mystery-model"]
-    assert report.usd == pytest.approx(0.0155)
+    assert report.usd == pytest.approx(0.0092)
     assert (report.offline_lines, report.offline_replies, report.free_lines) == (1, 1, 1)
 
 
@@ -116,28 +186,28 @@ def test_eva_cost_sums_the_store_at_list_prices(
     assert main(["cost", "--data", str(data), "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     total = result["total"]
-    assert total["usd"] == pytest.approx(0.0155)
-    assert total["lines_usd"] == pytest.approx(0.002)
-    assert total["replies_usd"] == pytest.approx(0.0135)
+    assert total["usd"] == pytest.approx(0.0092)
+    assert total["lines_usd"] == pytest.approx(0.0002)
+    assert total["replies_usd"] == pytest.approx(0.009)
     assert total["unpriced"] == ["mystery-model"]
     assert (total["offline_lines"], total["offline_replies"]) == (1, 1)
     [channel] = result["channels"]
     assert channel["name"] == "general"
-    assert channel["usd"] == pytest.approx(0.0155)
+    assert channel["usd"] == pytest.approx(0.0092)
 
     assert main(["cost", "general", "--data", str(data)]) == 0
     text = capsys.readouterr().out
-    assert "$0.0155" in text
+    assert "$0.0092" in text
     assert "unpriced" in text and "mystery-model" in text
     assert "1 lines and 1 replies made offline" in text
 
 
-def test_eva_cost_reads_prices_and_cache_ttl_from_the_models_table(
+def test_eva_cost_reads_prices_and_the_cache_layout_from_the_models_table(
     data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     settings = tmp_path / "eva.toml"
     settings.write_text(
-        '[models]\ncache_ttl = "1h"\n'
+        '[models]\ncache_layout = "1h"\n'
         '[models.prices.mystery-model]\ninput = 2.0\noutput = 10.0\n'
     )
     models = load_model_settings(settings)
@@ -146,8 +216,10 @@ def test_eva_cost_reads_prices_and_cache_ttl_from_the_models_table(
     capsys.readouterr()
     assert main(["cost", "--data", str(data), "--settings", str(settings), "--json"]) == 0
     total = json.loads(capsys.readouterr().out)["total"]
-    # haiku 0.002 + mystery (1000 x 2 + 200 x 10) / 1e6 + the reply with 1h writes 0.018
-    assert total["usd"] == pytest.approx(0.002 + 0.004 + 0.018)
+    # haiku 0.0002 + mystery (1000 x 2 + 200 x 10) / 1e6 + the reply, recorded before writes
+    # were split by lifetime, priced as the layout's hour-long writes at $4:
+    # (500 x 2 + 100 x 10 + 2000 x 4 + 10,000 x 0.20) / 1e6 = 0.012
+    assert total["usd"] == pytest.approx(0.0002 + 0.004 + 0.012)
     assert total["unpriced"] == []
 
 
@@ -155,6 +227,9 @@ def test_bad_model_settings_are_a_user_error(
     data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     settings = tmp_path / "eva.toml"
-    settings.write_text('[models]\ncache_ttl = "1d"\n')
+    settings.write_text('[models]\ncache_layout = "weekly"\n')
     assert main(["cost", "--data", str(data), "--settings", str(settings)]) == 1
-    assert "cache_ttl must be '5m' or '1h'" in capsys.readouterr().err
+    assert "cache_layout must be one of long, split" in capsys.readouterr().err
+    settings.write_text('[models]\nreply_effort = "huge"\n')
+    assert main(["cost", "--data", str(data), "--settings", str(settings)]) == 1
+    assert "reply_effort must be one of low" in capsys.readouterr().err

@@ -79,7 +79,7 @@ async def test_forget_while_running(tmp_path: Path, autojump_clock: trio.abc.Clo
         assert in_files(tmp_path, said[22]) == set()
         assert in_files(tmp_path, said[11] + said[33]) == set(said[11] + said[33])
         prompt = await supervisor.ask(STREAMS[0], GetPrompt())
-        assert "zz22q" not in prompt
+        assert "zz22q" not in prompt.block
         found = await supervisor.ask(STREAMS[0], Recall(query=marker(22, STREAMS[0], 1)))
         assert found.total == 0
         # The channel carries on.

@@ -19,6 +19,8 @@ import pytest
 
 from eva.core.events import MessagePosted, ReplyWritten, ToolCalled
 from eva.core.keys import StreamId
+from eva.core.prices import BYTES_PER_TOKEN
+from eva.core.prompt import tokens_at_most
 from eva.core.recall import render_view
 from eva.core.settings import KIB, MemorySettings, ModelSettings
 from eva.core.summarize import OfflineSummarizer
@@ -28,7 +30,7 @@ from eva.memory.build import Memory
 from eva.memory.view import memory_text, recall, zoom
 from eva.model.client import make_client
 from eva.model.prompts import APOLOGY_TEXT, EMPTY_ANSWER_TEXT, SYSTEM_PROMPT, refusal_text
-from eva.model.reply import ReplyOutcome, ToolAnswer, run_tool, split_memory, write_reply
+from eva.model.reply import ReplyOutcome, ToolAnswer, run_tool, write_reply
 from eva.store.event_store import EventStore
 from eva.store.lmdb_kv import open_backend
 from eva.testing.fake_anthropic import OVERLOADED, FakeMessagesAPI, tokens
@@ -46,7 +48,7 @@ SMALL = MemorySettings(
     row_low_bytes=6 * KIB,
     prompt_tail_max_bytes=16 * KIB,
 )
-MODEL = ModelSettings(retries=1, tool_rounds=4)
+MODEL = ModelSettings(retries=1, tool_rounds=4, cache_layout="long")
 
 A = StreamId(1, 10)  # the channel Eva answers in
 B = StreamId(1, 555)  # another channel of the same guild, holding secrets
@@ -225,22 +227,30 @@ async def test_reply_with_zooms_and_recall_and_the_cache(
         assert reply.usage == outcome.usage
         assert outcome.quota_left == MODEL.replies_per_guild_month - 1
 
-        # The cache marks: last tool, system, row block, tail block; none on the question.
+        # The cache marks (layout "long"): system (covering the tools), row and tail for an
+        # hour; none on the question or the tools.
+        hour = {"type": "ephemeral", "ttl": "1h"}
         body = requests[0]
-        assert [marked(tool) for tool in body["tools"]] == [False, False, True]
+        assert not any(marked(tool) for tool in body["tools"])
         assert [tool["name"] for tool in body["tools"]] == ["zoom", "recall", "date"]
-        assert body["system"] == [
-            {"type": "text", "text": SYSTEM_PROMPT, "cache_control": {"type": "ephemeral"}}
-        ]
+        assert body["system"] == [{"type": "text", "text": SYSTEM_PROMPT, "cache_control": hour}]
         row, tail, new = body["messages"][0]["content"]
-        assert [marked(row), marked(tail), marked(new)] == [True, True, False]
-        assert (row["text"], tail["text"]) == split_memory(memory_text(store, A, SMALL))
+        assert [row.get("cache_control"), tail.get("cache_control"), marked(new)] == [
+            hour, hour, False
+        ]
+        assert f"{row['text']}\n{tail['text']}" == memory_text(store, A, SMALL) + "\n"
         assert row["text"].startswith("<memory>\n") and row["text"].endswith("</memory>")
         assert tail["text"].splitlines()[-1].endswith("asker: Eva, what was topic3 about?")
         assert "asker: Eva, what was topic3 about?" in new["text"]
-        for later in requests[1:]:  # the marks stay put; no new ones appear
+        for later in requests[1:]:  # the first turn stays put; only the newest result is marked
             assert later["messages"][0] == body["messages"][0]
-            assert sum(marked(b) for m in later["messages"] for b in m["content"]) == 2
+            results = [b for m in later["messages"] for b in m["content"]
+                       if b.get("type") == "tool_result"]
+            # a round may follow each of these (the fourth tool round would be the last)
+            assert [marked(r) for r in results] == [False] * (len(results) - 1) + [True]
+            assert results[-1]["cache_control"] == {"type": "ephemeral"}
+            marks = sum(marked(b) for m in later["messages"] for b in m["content"])
+            assert marks + 1 <= 4
         assert "tool_choice" not in body or body["tool_choice"] == {"type": "auto"}
 
         # A second question with no publish in between reads row and tail from the cache.
@@ -257,26 +267,50 @@ async def test_reply_with_zooms_and_recall_and_the_cache(
         assert again.usage.cache_read_tokens == sum(tokens(text) for text in prefix)
         assert again.usage.cache_write_tokens == 0
 
-        # After new chat the tail changes: the row is still read, the tail written anew.
+        # After new chat the tail grows by a chunk: the old tail is read, only the chunk written.
         third = await ask_eva(supervisor, A, fake, 3, text="and now?")
         assert third.text == "Still topic3."
-        upto_row = sum(tokens(text) for text in prefix[:-1])
-        assert third.usage.cache_read_tokens == upto_row
-        assert third.usage.cache_write_tokens > 0
+        [body3] = [r.body for r in fake.message_requests()[before + 1:]]
+        row3, old_tail, new_chunk, _ = body3["messages"][0]["content"]
+        assert (row3["text"], old_tail["text"]) == (row["text"], tail["text"])
+        assert "cache_control" not in old_tail and new_chunk["cache_control"] == hour
+        assert new_chunk["text"].endswith("asker: and now?\n")
+        assert third.usage.cache_read_tokens == sum(tokens(text) for text in prefix)
+        assert third.usage.cache_write_tokens == tokens(new_chunk["text"])
+        assert third.usage.cache_write_1h_tokens == third.usage.cache_write_tokens
+        [*_, reply3] = events_of(store, A, ReplyWritten)
+        assert reply3.requests == (third.usage,)
         assert len(events_of(store, A, ReplyWritten)) == 3
 
 
-async def test_one_hour_cache_marks(tmp_path: Path, fake: FakeMessagesAPI) -> None:
+@pytest.mark.parametrize(
+    ("layout", "system", "row", "tail"),
+    [
+        ("long", "1h", "1h", "1h"),
+        ("split", "1h", "1h", "5m"),
+        ("5m", "5m", "5m", "5m"),
+        ("1h", "1h", "1h", "1h"),
+        ("none", None, None, None),
+    ],
+)
+async def test_each_cache_layout_marks_its_blocks(
+    tmp_path: Path, fake: FakeMessagesAPI, layout: str, system: str | None, row: str | None,
+    tail: str | None,
+) -> None:
+    def mark(ttl: str | None) -> JSON | None:
+        if ttl is None:
+            return None
+        return {"type": "ephemeral", "ttl": "1h"} if ttl == "1h" else {"type": "ephemeral"}
+
     async with eva(tmp_path, A) as (_, supervisor):
-        settings = msgspec_replace(MODEL, cache_ttl="1h")
-        await ask_eva(supervisor, A, fake, 1, settings=settings)
+        settings = msgspec_replace(MODEL, cache_layout=layout)
+        outcome = await ask_eva(supervisor, A, fake, 1, settings=settings)
+        assert not outcome.failed  # the fake refuses marks the provider refuses
         [body] = [r.body for r in fake.message_requests()]
-        hour = {"type": "ephemeral", "ttl": "1h"}
-        assert body["tools"][-1]["cache_control"] == hour
-        assert body["system"][0]["cache_control"] == hour
+        assert body["system"][0].get("cache_control") == mark(system)
         assert [b.get("cache_control") for b in body["messages"][0]["content"]] == [
-            hour,
-            hour,
+            mark(row),
+            mark(tail),
             None,
         ]
 
@@ -526,3 +560,55 @@ async def test_model_failure_apologises_and_the_chat_goes_on(
         recovered = await ask_eva(supervisor, A, fake, 2)
         assert (recovered.text, recovered.failed) == ("back again", False)
         assert len(events_of(store, A, ReplyWritten)) == 1
+
+
+# -- the prompt guard: no request passes the reply model's price tier --------------------
+
+HEAVY = {
+    "emoji": "👨‍👩‍👧‍👦🎉🔥" * 120,
+    "cjk": "記憶は長くて正確でなければならない" * 60,
+    "cyrillic": "длинная память группового чата " * 40,
+    "digits": " ".join(str(7 ** k % 100_003) for k in range(200)),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(HEAVY))
+async def test_no_reply_request_crosses_the_long_prompt_tier(
+    tmp_path: Path, fake: FakeMessagesAPI, kind: str
+) -> None:
+    # A tail the byte cap lets through whole: only the token guard can keep it in bounds.
+    roomy = msgspec.structs.replace(SMALL, prompt_tail_max_bytes=8 * 1024 * KIB)
+    store = EventStore(open_backend(tmp_path / "data"))
+    await build_channel(store, A, ordinary_chat(A))
+    meta = store.meta(A)
+    assert meta is not None
+    text = HEAVY[kind]
+    heavy = [
+        msgspec.structs.replace(posted(A, meta.messages + i, text), message_id=9_000_000 + i)
+        for i in range(400)
+    ]
+    store.append(A, heavy)
+    settings = msgspec_replace(
+        MODEL, reply_model="claude-haiku-5-5", reply_prompt_tokens_max=60_000, tool_rounds=2
+    )
+    budget = settings.reply_prompt_tokens_max
+    fake.answer = lambda body: (
+        [tool_use("recall", {"query": "memory"}, len(tool_results(body)) + 1)]
+        if len(tool_results(body)) < 2 else "done"
+    )
+    async with open_supervisor(store, OfflineSummarizer(), roomy, resume=False) as supervisor:
+        outcome = await ask_eva(supervisor, A, fake, 1, settings=settings)
+    assert outcome.text == "done"
+    requests = fake.message_requests()
+    assert len(requests) == 3
+    tier = settings.prices[settings.reply_model].tier_tokens
+    assert tier == 100_000
+    [reply] = events_of(store, A, ReplyWritten)
+    for usage in reply.requests:  # the fake's own count of each whole prompt
+        assert usage.prompt_tokens <= tier - settings.reply_max_tokens
+    first = requests[0].body
+    shown = json.dumps(first, ensure_ascii=False)
+    assert tokens_at_most(shown, BYTES_PER_TOKEN) <= budget + 1_000  # JSON quoting aside
+    tail_text = "".join(b["text"] for b in first["messages"][0]["content"][1:-1])
+    assert "are not shown here" in tail_text  # the oldest were cut, and said so
+    assert text in tail_text  # the newest are there

@@ -21,9 +21,11 @@ from eva.cli.common import (
     print_json,
     settings_table,
 )
-from eva.core.costs import CACHE_TTLS, CostReport, CostRow, sum_costs
+from eva.core.costs import CostReport, CostRow, sum_costs
 from eva.core.keys import StreamId
-from eva.core.settings import ModelSettings, default_prices
+from eva.core.prices import default_prices
+from eva.core.prompt import CACHE_LAYOUTS
+from eva.core.settings import ModelSettings
 
 # -- settings ------------------------------------------------------------------
 
@@ -35,9 +37,25 @@ def load_model_settings(path: Path | None) -> ModelSettings:
     table one model at a time; the models not named keep their default price.
     """
     settings = settings_table(path, "models", ModelSettings)
-    if settings.cache_ttl not in CACHE_TTLS:
-        raise UserError(f"bad settings in {path}: cache_ttl must be '5m' or '1h'")
-    return msgspec.structs.replace(settings, prices={**default_prices(), **settings.prices})
+    if settings.cache_layout not in CACHE_LAYOUTS:
+        raise UserError(
+            f"bad settings in {path}: cache_layout must be one of {', '.join(CACHE_LAYOUTS)}"
+        )
+    if settings.reply_effort not in (None, *EFFORTS):
+        raise UserError(
+            f"bad settings in {path}: reply_effort must be one of {', '.join(EFFORTS)}"
+        )
+    if not 0.2 <= settings.line_target_share <= 1.0:
+        raise UserError(f"bad settings in {path}: line_target_share must be from 0.2 to 1.0")
+    if settings.reply_prompt_tokens_max < 1000:
+        raise UserError(f"bad settings in {path}: reply_prompt_tokens_max must be at least 1000")
+    prices = {**default_prices(), **settings.prices}
+    try:
+        for name, price in prices.items():
+            price.check(name)
+    except ValueError as error:
+        raise UserError(f"bad settings in {path}: {error}") from None
+    return msgspec.structs.replace(settings, prices=prices)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -58,6 +76,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     cost.set_defaults(run=run_cost)
 
 
+EFFORTS = ("low", "medium", "high", "xhigh", "max")
+
+
+def unsplit_ttl(models: ModelSettings) -> str:
+    """The lifetime of recorded cache writes whose lifetime was not recorded apart (older
+    replies): an hour when every mark lives an hour, else five minutes."""
+    return "1h" if models.cache_layout == "1h" else "5m"
+
+
 # -- eva cost ------------------------------------------------------------------
 
 
@@ -70,7 +97,7 @@ def run_cost(args: argparse.Namespace) -> int:
     channels = []
     for stream in streams:
         events = (event for _, event in store.events(stream))
-        report = sum_costs(events, models.prices, cache_ttl=models.cache_ttl)
+        report = sum_costs(events, models.prices, cache_ttl=unsplit_ttl(models))
         total.add(report)
         channels.append((stream, metas[stream].channel_name, report))
     if args.json:
@@ -140,8 +167,3 @@ def describe_cost(report: CostReport, indent: str = "") -> str:
         out.append(f"{indent}unpriced (not in the price table, not counted): "
                    + ", ".join(report.unpriced))
     return "\n".join(out)
-
-
-# -- eva simulate-cache: the timeline ---------------------------------------------
-
-

@@ -23,7 +23,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "eva.cli.cmd_serve",
     "eva.cli.cmd_status",
     "eva.cli.cmd_cost",
-    "eva.cli.cmd_simulate_cache",
+    "eva.cli.cmd_plan",
     "eva.cli.cmd_run",
 )
 

@@ -1,9 +1,10 @@
-# The memory block: the rendered row inside <memory> tags, then the tail word for word.
+# The pieces of the memory block: tail messages as lines, the row inside <memory> tags,
+# the note that stands for tail messages left out.
 #
 # Pure: it is handed the row's lines and the tail's messages as values and
-# returns the exact text Eva's prompt uses. Invariants: the tail never passes
-# its byte cap (the oldest messages are cut, with a note naming them, so zoom
-# and recall can still reach them); erased messages are never shown.
+# returns text; eva.core.prompt puts the pieces together as Eva's prompt uses
+# them. Invariants: erased messages are never shown; a note names the messages
+# it stands for, so zoom and recall can still reach them.
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -50,35 +51,32 @@ def message_line(message: ShownMessage, tz: tzinfo = UTC) -> str:
     return f"[{message.index}] {local_minute(message.at_ms, tz)}{edited} {body}"
 
 
-def render_tail(messages: Sequence[ShownMessage], cap_bytes: int, tz: tzinfo = UTC) -> str:
-    """The tail, oldest first, cut from the oldest end to stay within `cap_bytes`."""
-    return cap_tail(tail_lines(messages, tz), cap_bytes)
-
-
 def tail_lines(messages: Sequence[ShownMessage], tz: tzinfo = UTC) -> list[tuple[int, str]]:
     """(index, rendered line) of each message still shown, oldest first."""
     return [(m.index, message_line(m, tz)) for m in messages if not m.deleted]
 
 
-def cap_tail(lines: Sequence[tuple[int, str]], cap_bytes: int) -> str:
-    """Rendered tail lines joined, the oldest cut (with a note naming them) to fit `cap_bytes`."""
+def lines_over_cap(lines: Sequence[tuple[int, str]], cap_bytes: int) -> int:
+    """How many of the oldest lines to leave out so that the rest, each with its newline,
+    fit in `cap_bytes`."""
     sizes = [len(line.encode()) + 1 for _, line in lines]
     total = sum(sizes)
     first = 0
     while total > cap_bytes and first < len(lines):
         total -= sizes[first]
         first += 1
-    if first == 0:
-        return "\n".join(line for _, line in lines)
-    note = (
-        f"[messages {lines[0][0]}..{lines[first - 1][0]} are not shown here: "
+    return first
+
+
+def cut_note(first: int, last: int) -> str:
+    """The line that stands in the tail for messages `first..last` left out of it."""
+    return (
+        f"[messages {first}..{last} are not shown here: "
         "no published line covers them yet; zoom and recall reach them]"
     )
-    return "\n".join([note, *(line for _, line in lines[first:])])
 
 
-def memory_block(row_lines: Sequence[str], tail: str) -> str:
-    """The row inside <memory> tags, then the tail."""
+def memory_row(row_lines: Sequence[str]) -> str:
+    """The row inside <memory> tags."""
     row = "\n".join(row_lines)
-    inside = f"<memory>\n{row}\n</memory>" if row else "<memory>\n</memory>"
-    return f"{inside}\n{tail}" if tail else inside
+    return f"<memory>\n{row}\n</memory>" if row else "<memory>\n</memory>"

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Literal, TypeAlias
 
 from eva.core.events import LineWritten, ReplyWritten, Usage
-from eva.core.settings import Price
+from eva.core.prices import Price
 from eva.core.summarize import OFFLINE_MODEL
 
 MILLION = 1_000_000
@@ -38,19 +38,48 @@ def read_price(price: Price) -> float:
 
 
 def cost_of(usage: Usage, price: Price, *, batch: bool = False, cache_ttl: str = "5m") -> float:
-    """The dollars one call's usage costs at `price` (per million tokens).
+    """The dollars one request's usage costs at `price` (per million tokens).
 
     `input_tokens` are the uncached input only, as the Messages API counts them;
-    cache writes and reads are charged at their own rates. The Message Batches
-    API charges `price.batch_discount` of everything.
+    cache writes and reads are charged at their own rates, the one-hour part of
+    the writes at the one-hour rate and the rest at the `cache_ttl` rate. The
+    whole request pays its tier's rates, chosen by its whole prompt (see
+    Price.at). The Message Batches API charges `price.batch_discount` of
+    everything. Summed usage of several requests must be priced request by
+    request (`reply_cost`), or the tier would be chosen on their sum.
     """
+    rates = price.at(usage.prompt_tokens)
+    five_minute = usage.cache_write_tokens - usage.cache_write_1h_tokens
     dollars = (
-        usage.input_tokens * price.input
-        + usage.output_tokens * price.output
-        + usage.cache_write_tokens * write_price(price, cache_ttl)
-        + usage.cache_read_tokens * read_price(price)
+        usage.input_tokens * rates.input
+        + usage.output_tokens * rates.output
+        + five_minute * write_price(rates, cache_ttl)
+        + usage.cache_write_1h_tokens * write_price(rates, "1h")
+        + usage.cache_read_tokens * read_price(rates)
     ) / MILLION
     return dollars * price.batch_discount if batch else dollars
+
+
+def reply_cost(reply: ReplyWritten, price: Price, cache_ttl: str = "5m") -> float:
+    """The dollars of one reply: each of its requests priced on its own prompt.
+
+    A reply recorded before requests were kept apart is priced at the base
+    rates: its rounds' prompts cannot be told apart from their sum.
+    """
+    if reply.requests:
+        return sum(cost_of(usage, price, cache_ttl=cache_ttl) for usage in reply.requests)
+    return cost_of(reply.usage, price.at(0), cache_ttl=cache_ttl)
+
+
+def add_usage(total: Usage, more: Usage) -> Usage:
+    """Two usages summed field by field."""
+    return Usage(
+        input_tokens=total.input_tokens + more.input_tokens,
+        output_tokens=total.output_tokens + more.output_tokens,
+        cache_write_tokens=total.cache_write_tokens + more.cache_write_tokens,
+        cache_read_tokens=total.cache_read_tokens + more.cache_read_tokens,
+        cache_write_1h_tokens=total.cache_write_1h_tokens + more.cache_write_1h_tokens,
+    )
 
 
 @dataclass(slots=True)
@@ -67,36 +96,42 @@ class CostRow:
     usd: float | None = 0.0
     """None when the model has no price in the table."""
 
-    def add(
-        self,
-        usage: Usage | None,
-        price: Price | None,
-        cache_ttl: str,
-        batch_usage: Usage | None = None,
-    ) -> None:
-        """Count one call; `batch_usage` is the part of `usage` sent as a message batch."""
+    def add(self, usage: Usage | None, usd: float | None) -> None:
+        """Count one call of `usage` that cost `usd` (None: the model has no price)."""
         self.calls += 1
-        if price is None:
+        if usd is None:
             self.usd = None
-        if usage is None:
-            return
-        self.input_tokens += usage.input_tokens
-        self.output_tokens += usage.output_tokens
-        self.cache_write_tokens += usage.cache_write_tokens
-        self.cache_read_tokens += usage.cache_read_tokens
-        if price is None or self.usd is None:
-            return
-        if batch_usage is None:
-            self.usd += cost_of(usage, price, cache_ttl=cache_ttl)
-            return
-        direct = Usage(
-            input_tokens=usage.input_tokens - batch_usage.input_tokens,
-            output_tokens=usage.output_tokens - batch_usage.output_tokens,
-            cache_write_tokens=usage.cache_write_tokens - batch_usage.cache_write_tokens,
-            cache_read_tokens=usage.cache_read_tokens - batch_usage.cache_read_tokens,
-        )
-        self.usd += cost_of(direct, price, cache_ttl=cache_ttl)
-        self.usd += cost_of(batch_usage, price, batch=True, cache_ttl=cache_ttl)
+        if usage is not None:
+            self.input_tokens += usage.input_tokens
+            self.output_tokens += usage.output_tokens
+            self.cache_write_tokens += usage.cache_write_tokens
+            self.cache_read_tokens += usage.cache_read_tokens
+        if usd is not None and self.usd is not None:
+            self.usd += usd
+
+
+def line_cost(line: LineWritten, price: Price, cache_ttl: str = "5m") -> float:
+    """The dollars of one line made by a model: its batched part at the batch discount.
+
+    A line's usage is its share of a request of a few lines, whose prompt is far
+    under any price tier, so its share is priced as a request of its own.
+    """
+    usage = line.usage
+    if usage is None:
+        return 0.0
+    batched = line.batch_usage
+    if batched is None:
+        return cost_of(usage, price, cache_ttl=cache_ttl)
+    direct = Usage(
+        input_tokens=usage.input_tokens - batched.input_tokens,
+        output_tokens=usage.output_tokens - batched.output_tokens,
+        cache_write_tokens=usage.cache_write_tokens - batched.cache_write_tokens,
+        cache_read_tokens=usage.cache_read_tokens - batched.cache_read_tokens,
+        cache_write_1h_tokens=usage.cache_write_1h_tokens - batched.cache_write_1h_tokens,
+    )
+    return cost_of(direct, price, cache_ttl=cache_ttl) + cost_of(
+        batched, price, batch=True, cache_ttl=cache_ttl
+    )
 
 
 @dataclass(slots=True)
@@ -155,16 +190,16 @@ def sum_costs(
             elif event.model == OFFLINE_MODEL:
                 report.offline_lines += 1
             else:
-                _row(report, event.model, "lines").add(
-                    event.usage, prices.get(event.model), cache_ttl, event.batch_usage
-                )
+                price = prices.get(event.model)
+                usd = None if price is None else line_cost(event, price, cache_ttl)
+                _row(report, event.model, "lines").add(event.usage, usd)
         elif isinstance(event, ReplyWritten):
             if event.model == OFFLINE_MODEL:
                 report.offline_replies += 1
             else:
-                _row(report, event.model, "replies").add(
-                    event.usage, prices.get(event.model), cache_ttl
-                )
+                price = prices.get(event.model)
+                usd = None if price is None else reply_cost(event, price, cache_ttl)
+                _row(report, event.model, "replies").add(event.usage, usd)
     return report
 
 

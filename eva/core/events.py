@@ -81,6 +81,13 @@ class Usage(msgspec.Struct, frozen=True, kw_only=True, array_like=True, gc=False
     output_tokens: int = 0
     cache_write_tokens: int = 0
     cache_read_tokens: int = 0
+    cache_write_1h_tokens: int = 0
+    """The part of `cache_write_tokens` written with a one-hour lifetime (the rest: 5 minutes)."""
+
+    @property
+    def prompt_tokens(self) -> int:
+        """The whole prompt of the call: uncached input, cache writes and cache reads."""
+        return self.input_tokens + self.cache_write_tokens + self.cache_read_tokens
 
 
 class LineWritten(Event, frozen=True, tag="line.written"):
@@ -135,6 +142,9 @@ class ReplyWritten(Event, frozen=True, tag="reply.written"):
     tool_calls: int = 0
     text_bytes: int = 0
     month: str = ""  # YYYY-MM (UTC) the reply counts against in its guild's quota
+    requests: tuple[Usage, ...] = ()
+    """The usage of each request of the reply, in order (`usage` is their sum); a price tier
+    is decided per request on its own prompt. Empty in replies recorded before it was kept."""
 
 
 class ForgetRequested(Event, frozen=True, tag="forget.requested"):

@@ -1,10 +1,15 @@
-# Every number of the memory, as one settings value with the defaults of DESIGN.md.
+# Every number of the memory, as one settings value.
 #
 # Plain data: the shell reads overrides (a TOML file, flags) and hands the core
-# a `MemorySettings`; the core never looks anything up itself.
+# a `MemorySettings`; the core never looks anything up itself. The defaults are
+# DESIGN.md's shape at the sizes `eva plan` chose to fit the $15 plan (README,
+# "What a server costs"): a row of 16-32 KiB and a tail of 6-48 KiB, half
+# DESIGN.md's first figures, so that a reply's prompt is about 20,000 tokens.
 from __future__ import annotations
 
 import msgspec
+
+from eva.core.prices import PRICES_CHECKED, Price, default_prices
 
 KIB = 1024
 MINUTE_MS = 60_000
@@ -15,19 +20,19 @@ class MemorySettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
 
     line_limit: int = 512
     """Bytes of UTF-8 a line may hold."""
-    compress_at_bytes: int = 48 * KIB
+    compress_at_bytes: int = 24 * KIB
     """A compression run starts when the messages with no leaf yet pass this."""
-    tail_keep_bytes: int = 12 * KIB
+    tail_keep_bytes: int = 6 * KIB
     """A run leaves about this much of the newest chat without leaves, word for word."""
     quiet_ms: int = 30 * MINUTE_MS
     """Publish when the chat has been quiet this long."""
-    overflow_tail_bytes: int = 96 * KIB
+    overflow_tail_bytes: int = 48 * KIB
     """Publish anyway when the tail passes this."""
-    row_high_bytes: int = 96 * KIB
+    row_high_bytes: int = 32 * KIB
     """Row merges start when the rendered row passes this..."""
-    row_low_bytes: int = 48 * KIB
+    row_low_bytes: int = 16 * KIB
     """...and stop once it is at most this."""
-    prompt_tail_max_bytes: int = 128 * KIB
+    prompt_tail_max_bytes: int = 64 * KIB
     """The tail shown in the prompt never passes this; older uncovered messages are cut."""
     model_calls_in_flight: int = 8
     """Model calls running at once in one process."""
@@ -82,34 +87,15 @@ class LiveSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
         return self
 
 
-class Price(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """List prices of one model in US dollars per million tokens."""
-
-    input: float
-    output: float
-    cache_write_5m: float | None = None  # default: 1.25 x input
-    cache_write_1h: float | None = None  # default: 2 x input
-    cache_read: float | None = None  # default: 0.1 x input
-    batch_discount: float = 0.5  # the Message Batches API charges this share
-
-
-def default_prices() -> dict[str, Price]:
-    """The price table: list prices per million tokens (a setting; check them before use)."""
-    return {
-        "claude-haiku-5-5": Price(input=1.0, output=5.0),
-        "claude-sonnet-5-5": Price(input=3.0, output=15.0),
-        "claude-haiku-4-5": Price(input=1.0, output=5.0),
-        "claude-sonnet-4-5": Price(input=3.0, output=15.0),
-        "offline": Price(input=0.0, output=0.0),
-    }
-
-
 class ModelSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Which models Eva uses, how she calls them, and what they cost."""
 
     line_model: str = "claude-haiku-5-5"
     """The small model that writes leaf and merge lines."""
-    reply_model: str = "claude-sonnet-5-5"
+    line_target_share: float = 1.0
+    """The size a line is asked to have, as a share of the line limit (85-100% of that): a
+    smaller target lets two lines glue into their parent with no model call."""
+    reply_model: str = "claude-haiku-5-5"
     """The model Eva answers people with."""
     base_url: str | None = None
     """Another address for the Messages API (tests use a fake on loopback)."""
@@ -123,10 +109,19 @@ class ModelSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     too_long_retries: int = 3
     """Times a line that is too long is sent back to be shortened before it is cut."""
     reply_max_tokens: int = 1024
+    reply_effort: str | None = "low"
+    """How hard the reply model thinks (output_config.effort: low, medium, high, ...); its
+    thinking is billed as output. None: the model's own default (medium for Haiku 5.5)."""
     tool_rounds: int = 4
     """Most rounds of tool use in one reply."""
     replies_per_guild_month: int = 1500
     """Replies Eva gives in one guild in one calendar month (UTC)."""
-    cache_ttl: str = "5m"
-    """Lifetime asked for the prompt cache entries of replies: "5m" or "1h"."""
+    cache_layout: str = "long"
+    """Where replies put their prompt-cache marks and how long each lives (eva.core.prompt):
+    "split" (one hour on tools, system and row, five minutes on the tail), "5m", "1h", "none"."""
+    reply_prompt_tokens_max: int = 60_000
+    """A reply's first request stays under this many tokens by a ceiling count (see
+    eva.core.prompt.tokens_at_most): the oldest tail lines, then row lines, are left out."""
     prices: dict[str, Price] = msgspec.field(default_factory=default_prices)
+    prices_checked: str = PRICES_CHECKED
+    """The day the price table was last checked against the provider's pages."""

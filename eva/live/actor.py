@@ -27,7 +27,6 @@ from typing import Any, NamedTuple, assert_never
 
 import trio
 
-from eva.core.block import cap_tail, memory_block
 from eva.core.events import (
     AnyEvent,
     ChannelDescribed,
@@ -40,6 +39,7 @@ from eva.core.events import (
 )
 from eva.core.keys import StreamId
 from eva.core.projection import Rejected
+from eva.core.prompt import MemoryPrompt, PromptBudget, memory_prompt
 from eva.core.settings import LiveSettings, MemorySettings
 from eva.core.state import StreamMeta, decode_meta
 from eva.core.summarize import Summarizer
@@ -452,7 +452,7 @@ class ChannelActor:
                 )
                 return None
             case GetPrompt():
-                return self.prompt(item.ahead)
+                return self.prompt(item.ahead, item.budget)
             case Zoom():
                 return zoom(
                     self.shared.store, self.stream, item.address, self.shared.settings, item.page
@@ -855,9 +855,15 @@ class ChannelActor:
 
     # -- the prompt -----------------------------------------------------------
 
-    def prompt(self, ahead: Sequence[Post] = ()) -> str:
-        """The memory block as Eva's prompt uses it now, with the posts of `ahead` that the
-        tail does not hold yet after it (see GetPrompt)."""
+    def prompt(
+        self, ahead: Sequence[Post] = (), budget: PromptBudget | None = None
+    ) -> MemoryPrompt:
+        """The memory as Eva's prompt uses it now, with the posts of `ahead` that the tail
+        does not hold yet after it (see GetPrompt), fitted to `budget` if one is given.
+
+        The tail comes in chunks that end where earlier prompts of this row ended,
+        and this prompt's end is remembered for the next (see MemoryPrompt).
+        """
         store, settings = self.shared.store, self.shared.settings
         meta = self._meta()
         tz = channel_zone(meta, settings)
@@ -868,7 +874,12 @@ class ChannelActor:
             places = self._places(ahead)
             at = [None if place is None else place.at for place in places]
             tail = tail + self.tail.lines_after(list(zip(ahead, at, strict=True)), tz)
-        return memory_block(lines, cap_tail(tail, settings.prompt_tail_max_bytes))
+        memory = memory_prompt(
+            lines, tail, settings.prompt_tail_max_bytes, budget, self.tail.cuts
+        )
+        if memory.tail_end:
+            self.tail.ended_prompt(memory.tail_end)
+        return memory
 
     # -- compression and publishing ---------------------------------------------
 

@@ -10,6 +10,7 @@ from typing import TypeAlias
 import msgspec
 
 from eva.core.events import ForgetBy, MessagePosted, ReplyWritten
+from eva.core.prompt import PromptBudget
 
 
 class Post(msgspec.Struct, frozen=True, kw_only=True):
@@ -90,6 +91,9 @@ class GetPrompt(msgspec.Struct, frozen=True, kw_only=True):
     """
 
     ahead: tuple[Post, ...] = ()
+    budget: PromptBudget | None = None
+    """The most the reply's first request may hold; the oldest tail lines, then the oldest
+    row lines, are left out to fit it (with a note naming them)."""
 
 
 class Zoom(msgspec.Struct, frozen=True, kw_only=True):

@@ -39,10 +39,19 @@ class PromptTail:
     start: int = -1  # the row frontier it begins at; -1 when not loaded
     end: int = 0  # the index of the first message it does not hold yet
     lines: list[tuple[int, str]] = field(default_factory=list)  # (index, rendered line)
+    cuts: list[int] = field(default_factory=list)
+    """Where the prompts since the row's publish ended (an index past their last line):
+    the next prompt's tail is cut in chunks there, so it repeats their cached prefix."""
 
     def forget(self) -> None:
         """Drop what it holds: a message under it changed; it is read again when needed."""
         self.start = -1
+        self.cuts = []
+
+    def ended_prompt(self, end: int) -> None:
+        """A prompt's tail ended before message `end`."""
+        if not self.cuts or end > self.cuts[-1]:
+            self.cuts.append(end)
 
     def add(self, posts: Iterable[tuple[Post, int | None]], tz: tzinfo) -> None:
         """Posts just stored, with their indexes (None: already stored before)."""
@@ -62,10 +71,11 @@ class PromptTail:
         if self.start < 0 or frontier < self.start:
             lines = tail_lines(tail_messages(store, stream), tz)
             messages = meta.messages if meta is not None else 0
-            self.start, self.lines = frontier, lines
+            self.start, self.lines, self.cuts = frontier, lines, []
             self.end = max(messages, lines[-1][0] + 1) if lines else messages
         elif frontier > self.start:
             self.start, self.lines = frontier, [line for line in self.lines if line[0] >= frontier]
+            self.cuts = []
 
     def lines_after(
         self, posts: Sequence[tuple[Post, int | None]], tz: tzinfo

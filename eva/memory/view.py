@@ -11,9 +11,10 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import msgspec
 
 from eva.core.address import Address, format_address, halves, parse_address
-from eva.core.block import ShownMessage, memory_block, message_line, render_tail
+from eva.core.block import ShownMessage, message_line, tail_lines
 from eva.core.keys import StreamId
 from eva.core.projection import indexed_text, indexed_upto
+from eva.core.prompt import memory_prompt
 from eva.core.recall import RecallView, recall_view
 from eva.core.recall_search import search
 from eva.core.render import cut_to_bytes, render_line
@@ -115,8 +116,8 @@ def memory_text(
     """The memory block exactly as Eva's prompt uses it."""
     tz = channel_zone(store.meta(stream), settings)
     lines = row_lines(store, stream, tz, cache if cache is not None else RowText())
-    tail = render_tail(tail_messages(store, stream), settings.prompt_tail_max_bytes, tz)
-    return memory_block(lines, tail)
+    tail = tail_lines(tail_messages(store, stream), tz)
+    return memory_prompt(lines, tail, settings.prompt_tail_max_bytes).block
 
 
 class ZoomError(ValueError):

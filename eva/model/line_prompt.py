@@ -64,8 +64,8 @@ CACHED_SYSTEM: list[TextBlockParam] = [
     {"type": "text", "text": LINE_INSTRUCTIONS, "cache_control": {"type": "ephemeral"}}
 ]
 
-TARGET_SHARE = 0.85
-"""The low end of the size asked for, as a share of the limit."""
+TARGET_LOW = 0.85
+"""The low end of the size asked for, as a share of its high end."""
 
 _LINE = re.compile(r"<line\s+address\s*=\s*\"([^\"]*)\"\s*>(.*?)</line\s*>", re.DOTALL)
 _OUR_TAGS = re.compile(r"<(/?)(task|line|earlier|later)\b", re.IGNORECASE)
@@ -88,10 +88,19 @@ def _size_text(text: str) -> str:
     return f"{utf8_size(text)} bytes, {len(text)} characters"
 
 
-def task_text(task: Task, limit: int) -> str:
-    """One task as the model sees it: address, kind, sizes and the text to summarise."""
+def target_text(limit: int, share: float) -> str:
+    """The size a line is asked to have: up to `share` of the limit, and not much less."""
+    high = max(16, min(limit, int(limit * share)))
+    return f"{int(high * TARGET_LOW)} to {high} bytes"
+
+
+def task_text(task: Task, limit: int, share: float = 1.0) -> str:
+    """One task as the model sees it: address, kind, sizes and the text to summarise.
+
+    `share` of the limit is the high end of the target size (ModelSettings.line_target_share).
+    """
     address = format_address(task.address)
-    target = f"{int(limit * TARGET_SHARE)} to {limit} bytes"
+    target = target_text(limit, share)
     match task:
         case LeafTask(name=name, text=text):
             return (
@@ -108,14 +117,14 @@ def task_text(task: Task, limit: int) -> str:
             )
 
 
-def request_text(tasks: Sequence[Task], limit: int) -> str:
+def request_text(tasks: Sequence[Task], limit: int, share: float = 1.0) -> str:
     """The user turn asking for one line per task."""
     addresses = ", ".join(format_address(task.address) for task in tasks)
     head = (
         f"Write {len(tasks)} line{'s' if len(tasks) != 1 else ''}, one per task "
         f"(addresses {addresses}). Each line: {budget_text(limit)}.\n\n"
     )
-    return head + "\n\n".join(task_text(task, limit) for task in tasks)
+    return head + "\n\n".join(task_text(task, limit, share) for task in tasks)
 
 
 def too_long_text(address: Address, size: int, limit: int) -> str:

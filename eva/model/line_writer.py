@@ -214,6 +214,9 @@ class ClaudeLineWriter:
 
     # -- one request and its follow-ups ------------------------------------------
 
+    def _request(self, tasks: Sequence[Task]) -> str:
+        return request_text(tasks, self.limit, self.settings.line_target_share)
+
     async def _write(
         self,
         tasks: Sequence[Task],
@@ -222,7 +225,7 @@ class ClaudeLineWriter:
         booked: dict[Address, bytes] | None = None,
     ) -> _Outcome:
         conversation: list[MessageParam] = [
-            {"role": "user", "content": request_text(tasks, self.limit)}
+            {"role": "user", "content": self._request(tasks)}
         ]
         if via_batch:
             message, batched = await self._ask_batch(conversation, tasks, booked)
@@ -481,7 +484,7 @@ class ClaudeLineWriter:
             log.info("taking %s", what)
             self.batches_resumed += 1
             conversation: list[MessageParam] = [
-                {"role": "user", "content": request_text(group, self.limit)}
+                {"role": "user", "content": self._request(group)}
             ]
             outcome = await self._take(
                 conversation, message, group, ledger, batched=True, whole_request=False

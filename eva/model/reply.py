@@ -21,24 +21,35 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
+from typing import cast
 
 import anthropic
 from anthropic.types import (
     CacheControlEphemeralParam,
     Message,
     MessageParam,
+    OutputConfigParam,
     TextBlock,
     TextBlockParam,
     ToolChoiceParam,
-    ToolParam,
     ToolResultBlockParam,
     ToolUseBlock,
     ToolUseBlockParam,
 )
 
 from eva.core.address import parse_address
+from eva.core.costs import add_usage
 from eva.core.events import ReplyWritten, Usage
 from eva.core.keys import StreamId
+from eva.core.prices import BYTES_PER_TOKEN, Price
+from eva.core.prompt import (
+    MemoryPrompt,
+    Part,
+    PromptBudget,
+    layout_marks,
+    prompt_parts,
+    tokens_at_most,
+)
 from eva.core.recall import RecallLine, RecallView, render_view
 from eva.core.settings import ModelSettings
 from eva.live.inputs import DateOf, GetPrompt, Post, Recall, RecordReply, RecordTool, Zoom
@@ -64,6 +75,8 @@ from eva.store.event_store import EventStore
 log = logging.getLogger(__name__)
 
 RECALL_TOOL_BYTES = 6000
+TOOL_USE_SYSTEM_TOKENS = 400
+"""Tokens the Messages API adds to the system prompt when tools are offered (a ceiling)."""
 EMPTY_TAIL_TEXT = "(no messages after the memory above yet)"
 
 
@@ -120,46 +133,61 @@ def guild_replies(store: EventStore, guild_id: int, month: str) -> int:
 
 
 def cache_mark(ttl: str) -> CacheControlEphemeralParam:
-    """The cache mark replies use: five minutes, or an hour when set so."""
+    """A cache mark of lifetime `ttl`: five minutes ("5m") or an hour ("1h")."""
     if ttl == "1h":
         return {"type": "ephemeral", "ttl": "1h"}
     return {"type": "ephemeral"}
 
 
-def split_memory(block: str) -> tuple[str, str]:
-    """The memory block as (the row inside <memory> tags, the tail after it)."""
-    row, end, tail = block.partition("</memory>")
-    return row + end, tail.lstrip("\n")
+def text_block(part: Part) -> TextBlockParam:
+    """One part of the prompt as a text block, with its cache mark if it has one."""
+    if part.ttl is None:
+        return {"type": "text", "text": part.text}
+    return {"type": "text", "text": part.text, "cache_control": cache_mark(part.ttl)}
 
 
-def first_turn(memory: str, question: Post, ttl: str) -> list[TextBlockParam]:
-    """The first user turn: the row and the tail, each with a cache mark, then the question."""
-    row, tail = split_memory(memory)
-    mark = cache_mark(ttl)
-    return [
-        {"type": "text", "text": row, "cache_control": mark},
-        {"type": "text", "text": tail or EMPTY_TAIL_TEXT, "cache_control": mark},
-        {
-            "type": "text",
-            "text": new_message_text(question.author_name, question.at_ms, question.content),
-        },
-    ]
+TOOLS_TEXT = json.dumps(list(TOOLS), ensure_ascii=False, sort_keys=True)
+"""The tools as the guard measures them (the request's JSON of them is about this size)."""
 
 
-def marked_tools(ttl: str) -> list[ToolParam]:
-    """The tools, with a cache mark on the last one."""
-    *head, last = TOOLS
-    marked: ToolParam = {**last, "cache_control": cache_mark(ttl)}
-    return [*head, marked]
+def reply_price(settings: ModelSettings) -> Price | None:
+    """The reply model's price, None when the table does not know it."""
+    return settings.prices.get(settings.reply_model)
 
 
-def _add(total: Usage, message: Message) -> Usage:
+def prompt_budget(settings: ModelSettings, question_text: str) -> PromptBudget:
+    """What the memory may take of a reply's first request, by the guard's token ceiling."""
+    price = reply_price(settings)
+    per = price.bytes_per_token if price is not None else BYTES_PER_TOKEN
+    fixed = (
+        tokens_at_most(TOOLS_TEXT, per)
+        + TOOL_USE_SYSTEM_TOKENS
+        + tokens_at_most(SYSTEM_PROMPT, per)
+        + tokens_at_most(question_text, per)
+    )
+    return PromptBudget(
+        tokens=settings.reply_prompt_tokens_max, fixed_tokens=fixed, bytes_per_token=per
+    )
+
+
+def round_limit(settings: ModelSettings) -> int | None:
+    """The prompt size a later round must stay under: the reply model's price tier less the
+    output it may write (None when the model prices every size alike)."""
+    price = reply_price(settings)
+    tier = None if price is None else price.tier_tokens
+    return None if tier is None else tier - settings.reply_max_tokens
+
+
+def usage_of(message: Message) -> Usage:
+    """One response's usage as Eva records it, the one-hour part of its cache writes apart."""
     usage = message.usage
+    split = usage.cache_creation
     return Usage(
-        input_tokens=total.input_tokens + usage.input_tokens,
-        output_tokens=total.output_tokens + usage.output_tokens,
-        cache_write_tokens=total.cache_write_tokens + (usage.cache_creation_input_tokens or 0),
-        cache_read_tokens=total.cache_read_tokens + (usage.cache_read_input_tokens or 0),
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
+        cache_write_tokens=usage.cache_creation_input_tokens or 0,
+        cache_read_tokens=usage.cache_read_input_tokens or 0,
+        cache_write_1h_tokens=0 if split is None else split.ephemeral_1h_input_tokens,
     )
 
 
@@ -376,23 +404,36 @@ async def write_reply(
         )
         return ReplyOutcome(text=refusal_text(limit), quota_left=0, refused=True)
 
-    memory = await supervisor.ask(stream, GetPrompt(ahead=tuple(ahead)))
-    assert isinstance(memory, str)
-    tools = marked_tools(settings.cache_ttl)
-    system: list[TextBlockParam] = [
-        {"type": "text", "text": SYSTEM_PROMPT, "cache_control": cache_mark(settings.cache_ttl)}
-    ]
+    question_text = new_message_text(question.author_name, question.at_ms, question.content)
+    budget = prompt_budget(settings, question_text)
+    memory = await supervisor.ask(stream, GetPrompt(ahead=tuple(ahead), budget=budget))
+    assert isinstance(memory, MemoryPrompt)
+    marks = layout_marks(settings.cache_layout)
+    system_part, *first_parts = prompt_parts(
+        settings.cache_layout, SYSTEM_PROMPT, memory, question_text, EMPTY_TAIL_TEXT
+    )
+    tools = list(TOOLS)  # the mark on the system prompt covers them
+    system = [text_block(system_part)]
     messages: list[MessageParam] = [
-        {"role": "user", "content": first_turn(memory, question, settings.cache_ttl)}
+        {"role": "user", "content": [text_block(part) for part in first_parts]}
     ]
+    limit_tokens = round_limit(settings)
+    effort: OutputConfigParam | anthropic.Omit = (
+        anthropic.omit
+        if settings.reply_effort is None
+        else cast(OutputConfigParam, {"effort": settings.reply_effort})
+    )
+    per = budget.bytes_per_token
     usage = Usage()
+    requests: list[Usage] = []
     tool_calls = 0
     model = settings.reply_model
     answer = ""
     waited = 0.0
     try:
+        forced_last = False
         for round_number in range(settings.tool_rounds + 1):
-            last = round_number == settings.tool_rounds
+            last = forced_last or round_number == settings.tool_rounds
             choice: ToolChoiceParam = {"type": "none"} if last else {"type": "auto"}
             sent = list(messages)
 
@@ -406,6 +447,7 @@ async def write_reply(
                     tool_choice=choice,
                     system=system,
                     messages=sent,
+                    output_config=effort,
                 )
 
             asked = time.perf_counter()
@@ -413,13 +455,15 @@ async def write_reply(
                 response = await _call(create, settings, f"reply in {stream}")
             finally:
                 waited += time.perf_counter() - asked
-            usage = _add(usage, response)
+            requests.append(usage_of(response))
+            usage = add_usage(usage, requests[-1])
             model = response.model or model
             answer = "".join(b.text for b in response.content if isinstance(b, TextBlock))
             uses = [b for b in response.content if isinstance(b, ToolUseBlock)]
             if last or not uses:
                 break
-            messages.append({"role": "assistant", "content": _assistant_blocks(response)})
+            assistant = _assistant_blocks(response)
+            messages.append({"role": "assistant", "content": assistant})
             results: list[ToolResultBlockParam] = []
             for use in uses:
                 result = await run_tool(supervisor, stream, use.name, use.input)
@@ -440,7 +484,19 @@ async def write_reply(
                         "is_error": result.is_error,
                     }
                 )
-            messages.append({"role": "user", "content": results})
+            added = tokens_at_most(json.dumps([assistant, results], ensure_ascii=False), per)
+            if limit_tokens is not None and requests[-1].prompt_tokens + added > limit_tokens:
+                log.warning(
+                    "reply in %s: tool results left unread to keep the prompt under %d tokens",
+                    stream,
+                    limit_tokens,
+                )
+                results = [_unread(result) for result in results]
+                forced_last = True
+                ttl = None
+            else:  # an entry the next round reads; none when the next round is the last
+                ttl = None if round_number + 1 == settings.tool_rounds else marks.tool_result
+            messages = [*_without_result_marks(messages), _results_turn(results, ttl)]
     except _ModelFailed as error:
         log.error("reply in %s failed, the model did not answer: %s", stream, error)
         return ReplyOutcome(
@@ -461,6 +517,7 @@ async def write_reply(
         tool_calls=tool_calls,
         text_bytes=len(text.encode()),
         month=month,
+        requests=tuple(requests),
     )
     if not record:
         left = max(limit - used - 1, 0)
@@ -477,6 +534,50 @@ async def write_reply(
     return ReplyOutcome(
         text=text, tool_calls=tool_calls, usage=usage, quota_left=left, model_seconds=waited
     )
+
+
+UNREAD_TEXT = (
+    "(not read: adding this would make the prompt too long; answer with what you have read)"
+)
+
+
+def _unread(result: ToolResultBlockParam) -> ToolResultBlockParam:
+    return {
+        "type": "tool_result",
+        "tool_use_id": result["tool_use_id"],
+        "content": UNREAD_TEXT,
+        "is_error": True,
+    }
+
+
+def _results_turn(results: list[ToolResultBlockParam], ttl: str | None) -> MessageParam:
+    """The user turn of tool results, the last one marked with `ttl` if it is not None."""
+    if ttl is not None and results:
+        results = [*results[:-1], {**results[-1], "cache_control": cache_mark(ttl)}]
+    return {"role": "user", "content": results}
+
+
+def _without_result_marks(messages: list[MessageParam]) -> list[MessageParam]:
+    """The conversation with the marks of earlier tool results taken off: only the newest
+    carries one, so a request never holds more than four."""
+    out: list[MessageParam] = []
+    for message in messages:
+        content = message["content"]
+        if message["role"] == "user" and not isinstance(content, str) and any(
+            isinstance(block, dict) and block.get("type") == "tool_result"
+            and "cache_control" in block
+            for block in content
+        ):
+            content = [
+                {k: v for k, v in block.items() if k != "cache_control"}  # type: ignore[misc]
+                if isinstance(block, dict) and block.get("type") == "tool_result"
+                else block
+                for block in content
+            ]
+            out.append({"role": "user", "content": content})
+        else:
+            out.append(message)
+    return out
 
 
 def _assistant_blocks(response: Message) -> list[TextBlockParam | ToolUseBlockParam]:

@@ -4,12 +4,15 @@
 # anthropic SDK talks to it through `base_url`. It records every request,
 # answers with a pluggable function, and plays failures from a script:
 # 429 with retry-after, 529, 500, 504, a hang, a connection dropped halfway,
-# the spend-limit refusal. It keeps a model of the prompt cache (prefix up to
-# the last cache mark, seen before or not) so usage reports cache reads and
-# writes. Token counts are UTF-8 bytes / 4, rounded up: an estimate, said so.
+# the spend-limit refusal. Its prompt cache is eva.core.cache_model on its own
+# clock, with the provider's rules: at most four marks and no one-hour mark
+# after a five-minute one (refused with a 400 as the provider refuses them),
+# each entry living its mark's lifetime, writes reported per lifetime. It
+# counts tokens as eva.core.prompt.estimate_tokens does with the newer
+# tokenizer's bytes per token, and answers /v1/messages/count_tokens the same
+# way: an estimate, said so.
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
 import threading
@@ -21,12 +24,16 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from eva.core.cache_model import Block, CacheRuleError, CacheSimulator, RequestUsage, block_key
+from eva.core.prices import BYTES_PER_TOKEN
+from eva.core.prompt import estimate_tokens
+
 JSON = dict[str, Any]
 
 
 def tokens(text: str) -> int:
-    """The fake's token count: UTF-8 bytes / 4, rounded up."""
-    return -(-len(text.encode()) // 4)
+    """The fake's token count: UTF-8 bytes over the newer tokenizer's bytes per token."""
+    return estimate_tokens(text, BYTES_PER_TOKEN)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,10 +84,11 @@ class FakeMessagesAPI:
     requests: list[Recorded] = field(default_factory=list)
     script: deque[Failure] = field(default_factory=deque)
     key: str = "test-key"
-    cache_ttl_s: float = 300.0
+    min_cache_tokens: int = 0
+    """The shortest prefix the fake caches (the real models: 512 and more)."""
     hold_batches: bool = False
     """While True, every message batch stays in progress (as one taking hours would)."""
-    _cache: dict[str, float] = field(default_factory=dict)
+    _cache: CacheSimulator | None = None
     _batches: dict[str, JSON] = field(default_factory=dict)
     _ids: Iterator[int] = field(default_factory=itertools.count)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -146,6 +154,9 @@ class FakeMessagesAPI:
             return
         if method == "POST" and handler.path == "/v1/messages":
             self._messages(handler, body)
+        elif method == "POST" and handler.path == "/v1/messages/count_tokens":
+            total = sum(tokens(text) for text, _ in _prompt_blocks(body))
+            self._send(handler, 200, {"input_tokens": total})
         elif method == "POST" and handler.path == "/v1/messages/batches":
             self._create_batch(handler, body)
         elif method == "GET" and handler.path.startswith("/v1/messages/batches/"):
@@ -172,13 +183,21 @@ class FakeMessagesAPI:
                     handler, failure.status, _error(failure.error_type, failure.message), extra
                 )
                 return
-        self._send(handler, 200, self.reply(body))
+        try:
+            answered = self.reply(body)
+        except CacheRuleError as error:
+            self._send(handler, 400, _error("invalid_request_error", str(error)))
+            return
+        self._send(handler, 200, answered)
 
     def reply(self, body: JSON) -> JSON:
-        """The message the fake answers `body` with, usage and cache included."""
+        """The message the fake answers `body` with, usage and cache included.
+
+        Raises CacheRuleError for cache marks the provider refuses.
+        """
+        cached = self._prompt_tokens(body)
         answer = self.answer(body)
         content = [{"type": "text", "text": answer}] if isinstance(answer, str) else answer
-        cached, uncached = self._prompt_tokens(body)
         output = sum(
             tokens(json.dumps(b) if b.get("type") != "text" else b["text"]) for b in content
         )
@@ -192,35 +211,26 @@ class FakeMessagesAPI:
             "stop_reason": stop,
             "stop_sequence": None,
             "usage": {
-                "input_tokens": uncached,
+                "input_tokens": cached.uncached,
                 "output_tokens": output,
-                "cache_creation_input_tokens": cached[0],
-                "cache_read_input_tokens": cached[1],
+                "cache_creation_input_tokens": cached.write,
+                "cache_read_input_tokens": cached.read,
+                "cache_creation": {
+                    "ephemeral_5m_input_tokens": cached.write_5m,
+                    "ephemeral_1h_input_tokens": cached.write_1h,
+                },
             },
         }
 
-    def _prompt_tokens(self, body: JSON) -> tuple[tuple[int, int], int]:
-        """((cache write, cache read), other input tokens) for a request body."""
-        blocks = _prompt_blocks(body)
-        total = sum(tokens(text) for text, _ in blocks)
-        marks = [i for i, (_, marked) in enumerate(blocks) if marked]
-        if not marks:
-            return (0, 0), total
-        write = read = 0
-        now = time.monotonic()
+    def _prompt_tokens(self, body: JSON) -> RequestUsage:
+        """What a request reads from the cache, writes to it and pays as plain input."""
+        blocks = [
+            Block(tokens(text), block_key(text), ttl) for text, ttl in _prompt_blocks(body)
+        ]
         with self._lock:
-            for mark in marks:
-                prefix = "".join(text for text, _ in blocks[: mark + 1])
-                key = hashlib.sha256(prefix.encode()).hexdigest()
-                seen = self._cache.get(key)
-                self._cache[key] = now
-                size = sum(tokens(text) for text, _ in blocks[: mark + 1])
-                if seen is not None and now - seen <= self.cache_ttl_s:
-                    read = size
-                    write = 0
-                else:
-                    write = size - read
-        return (write, read), total - write - read
+            if self._cache is None:
+                self._cache = CacheSimulator(min_tokens=self.min_cache_tokens)
+            return self._cache.request(blocks, time.monotonic())
 
     # -- batches ----------------------------------------------------------------
 
@@ -315,22 +325,32 @@ def _batch_object(batch_id: str, count: int, url: str) -> JSON:
     }
 
 
-def _prompt_blocks(body: JSON) -> list[tuple[str, bool]]:
-    """The prompt as (text, has a cache mark after it), in cache order: tools, system, messages."""
-    blocks: list[tuple[str, bool]] = []
+def _prompt_blocks(body: JSON) -> list[tuple[str, str | None]]:
+    """The prompt as (text, lifetime of the cache mark on it or None), in cache order: tools,
+    system, messages."""
+    blocks: list[tuple[str, str | None]] = []
     for tool in body.get("tools", []):
-        blocks.append((json.dumps(tool, sort_keys=True), "cache_control" in tool))
+        plain = {k: v for k, v in tool.items() if k != "cache_control"}
+        blocks.append((json.dumps(plain, sort_keys=True), _ttl(tool)))
     system = body.get("system")
     if isinstance(system, str):
-        blocks.append((system, False))
+        blocks.append((system, None))
     elif isinstance(system, list):
-        blocks.extend((b.get("text", ""), "cache_control" in b) for b in system)
+        blocks.extend((b.get("text", ""), _ttl(b)) for b in system)
     for message in body.get("messages", []):
         content = message.get("content")
         if isinstance(content, str):
-            blocks.append((content, False))
+            blocks.append((content, None))
             continue
         for block in content:
-            text = block.get("text") or json.dumps(block, sort_keys=True)
-            blocks.append((text, "cache_control" in block))
+            plain = {k: v for k, v in block.items() if k != "cache_control"}
+            text = block.get("text") or json.dumps(plain, sort_keys=True)
+            blocks.append((text, _ttl(block)))
     return blocks
+
+
+def _ttl(block: JSON) -> str | None:
+    mark = block.get("cache_control")
+    if mark is None:
+        return None
+    return str(mark.get("ttl", "5m"))

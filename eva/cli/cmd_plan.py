@@ -1,0 +1,424 @@
+# `eva plan`: the monthly bill of one server, from a channel's real timing.
+#
+# Shell around eva.core.plan. It reads a channel (an export, or a channel of a
+# data directory, which it only reads), puts Eva's replies among its messages,
+# posts each answer into the chat after its question, plays the whole through
+# the memory with the offline summarizer in a temporary directory (nothing is
+# sent anywhere), and prices every reply request through the model of the
+# prompt cache, for each reply model and cache layout. The figures depend on
+# the assumptions printed with them (tool rounds, tool results, answer size).
+# Invariants: the same input, settings and seed give the same figures; a model
+# missing from the price table is shown unpriced, never guessed.
+from __future__ import annotations
+
+import argparse
+import re
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import trio
+
+from eva.cli.cmd_cost import load_model_settings
+from eva.cli.cmd_import import read_export
+from eva.cli.common import (
+    UserError,
+    add_json_option,
+    add_settings_option,
+    find_stream,
+    load_settings,
+    open_store,
+    print_json,
+)
+from eva.core.chart import daily_usd_svg
+from eva.core.dce import ExportError, export_events, parse_export
+from eva.core.events import AnyEvent, ChannelDescribed, MessagePosted
+from eva.core.keys import StreamId
+from eva.core.plan import (
+    PLAN_REPLIES,
+    PLAN_USD,
+    SEED_FIGURE,
+    PromptTexts,
+    ReplyAssumptions,
+    Summary,
+    TreeBill,
+    Variant,
+    at_rate,
+    bill_tree,
+    bill_variant,
+    place_replies,
+    read_timeline,
+    summarize,
+    usd_by_day,
+)
+from eva.core.prices import BYTES_PER_TOKEN
+from eva.core.prompt import CACHE_LAYOUTS, estimate_tokens
+from eva.core.settings import MemorySettings, ModelSettings
+from eva.core.summarize import OfflineSummarizer
+from eva.memory.build import Memory
+from eva.memory.view import channel_zone
+from eva.model.line_prompt import LINE_INSTRUCTIONS
+from eva.model.prompts import SYSTEM_PROMPT, new_message_text
+from eva.model.reply import EMPTY_TAIL_TEXT, TOOL_USE_SYSTEM_TOKENS, TOOLS_TEXT
+from eva.store.event_store import EventStore
+from eva.store.lmdb_kv import open_backend
+
+MENTION = re.compile(r"\beva\b", re.IGNORECASE)
+"""A message talks to Eva when it holds "eva" as a word, in any case ("@Eva" included): an
+export of a channel Eva was never in holds no mention of her id."""
+EVA_NAME = "Eva"
+EVA_AUTHOR_ID = 0
+EVA_MESSAGE_IDS = 1 << 62
+"""Eva's answers get message ids from here on, far from any real one."""
+ANSWER_SECONDS = 3.0
+"""From the last request of a reply to its answer in the chat."""
+ANSWER_TEXT = (
+    "I remember that: it came up a while ago, and here is what people said about it then. "
+)
+MODELS = ("claude-haiku-5-5", "claude-sonnet-5-5")
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    plan = subparsers.add_parser(
+        "plan",
+        help="what one server costs a month, from a channel's real timing",
+        description=(
+            "Put Eva's replies where people talk in a real channel (by default the plan's "
+            f"{PLAN_REPLIES:,} a month, spread over the messages in proportion to activity), "
+            "play the channel through the memory offline in a temporary directory, and price "
+            "every reply request through a model of the provider's prompt cache and the "
+            "tree's lines, for each reply model and cache layout. Prints $/month, $/reply "
+            f"(median, 95th percentile, cold and warm) and the margin on the ${PLAN_USD:.0f} "
+            "plan. Nothing is sent anywhere."
+        ),
+    )
+    plan.add_argument("export", nargs="?", type=Path, metavar="EXPORT",
+                      help="a DiscordChatExporter JSON export (.json or .json.gz)")
+    plan.add_argument("--data", type=Path, default=None,
+                      help="read the channel from this data directory instead (read only)")
+    plan.add_argument("--channel", default=None,
+                      help="with --data: the channel (GUILD/CHANNEL, id or name)")
+    plan.add_argument("--replies-per-month", type=int, default=PLAN_REPLIES, metavar="N",
+                      help=f"replies a month to place (default {PLAN_REPLIES:,}, the plan's)")
+    plan.add_argument("--mentions-only", action="store_true",
+                      help="answer only the messages that name Eva (at most N a month)")
+    plan.add_argument("--seed", type=int, default=1, help="where the replies fall (default 1)")
+    assumed = ReplyAssumptions()
+    plan.add_argument("--tool-rounds", type=int, default=assumed.tool_rounds,
+                      metavar="R", help="tool rounds per reply, each re-reading the prompt "
+                      f"(default {assumed.tool_rounds})")
+    plan.add_argument("--tool-result-bytes", type=int,
+                      default=assumed.tool_result_bytes, metavar="B",
+                      help=f"what a tool returns (default {assumed.tool_result_bytes})")
+    plan.add_argument("--answer-bytes", type=int, default=assumed.answer_bytes,
+                      metavar="B", help="Eva's answer, also posted into the chat "
+                      f"(default {assumed.answer_bytes})")
+    plan.add_argument("--thinking-tokens", type=int, default=assumed.thinking_tokens,
+                      metavar="T", help="output spent thinking in each request "
+                      f"(default {assumed.thinking_tokens})")
+    plan.add_argument("--messages-per-month", type=float, default=None, metavar="N",
+                      help="run the channel's clock faster or slower so that people post N "
+                      "messages a month (gaps scaled alike, bursts kept)")
+    plan.add_argument("--chart", type=Path, default=None, metavar="FILE.svg",
+                      help="draw dollars a day of the default settings as an SVG chart")
+    add_settings_option(plan)
+    add_json_option(plan)
+    plan.set_defaults(run=run_plan)
+
+
+# -- reading the channel -------------------------------------------------------------
+
+
+def channel_posts(args: argparse.Namespace) -> tuple[StreamId, str, list[AnyEvent]]:
+    """The channel's stream, name and events (its description and its messages)."""
+    if (args.export is None) == (args.data is None):
+        raise UserError("give an EXPORT file or --data DIR, one of them")
+    if args.export is not None:
+        raw = read_export(args.export)
+        try:
+            export = parse_export(raw)
+        except ExportError as error:
+            raise UserError(f"cannot read {args.export}: {error}") from None
+        events = export_events(export, None, lambda _: None)
+        return export.stream, export.channel.name, events
+    store = open_store(args.data)
+    try:
+        streams = store.streams()
+        if args.channel is not None:
+            stream = find_stream(store, args.channel)
+        elif len(streams) == 1:
+            stream = StreamId(streams[0].guild_id, streams[0].channel_id)
+        else:
+            raise UserError(f"{args.data} holds {len(streams)} channels: name one with --channel")
+        meta = store.meta(stream)
+        stored: list[AnyEvent] = []
+        if meta is not None:
+            stored.append(ChannelDescribed(
+                at_ms=0, guild_id=stream.guild_id, channel_id=stream.channel_id,
+                channel_name=meta.channel_name, time_zone=meta.time_zone,
+            ))
+        stored.extend(e for _, e in store.events(stream) if isinstance(e, MessagePosted))
+        return stream, meta.channel_name if meta else str(stream), stored
+    finally:
+        store.backend.close()
+
+
+def with_answers(
+    posts: Sequence[MessagePosted], answered: Sequence[int], assumptions: ReplyAssumptions
+) -> tuple[list[MessagePosted], dict[int, str]]:
+    """The chat with Eva's answer posted after each answered message, renumbered, and the
+    new-message text of each question by its new index."""
+    asked = set(answered)
+    delay_ms = int(
+        (assumptions.tool_rounds * assumptions.round_seconds + ANSWER_SECONDS) * 1000
+    )
+    answer = (ANSWER_TEXT * (assumptions.answer_bytes // len(ANSWER_TEXT) + 1))[
+        : assumptions.answer_bytes
+    ].rstrip()
+    out: list[MessagePosted] = []
+    questions: dict[int, str] = {}
+    for position, post in enumerate(posts):
+        out.append(msgspec.structs.replace(post, index=len(out)))
+        if post.index not in asked:
+            continue
+        questions[len(out) - 1] = new_message_text(post.author_name, post.at_ms, post.content)
+        following = posts[position + 1].at_ms if position + 1 < len(posts) else None
+        at_ms = post.at_ms + delay_ms
+        if following is not None:
+            at_ms = min(at_ms, following)
+        out.append(MessagePosted(
+            at_ms=at_ms, index=len(out), message_id=EVA_MESSAGE_IDS + len(questions),
+            author_id=EVA_AUTHOR_ID, author_name=EVA_NAME, bot=True, content=answer,
+        ))
+    return out, questions
+
+
+def play(
+    others: Sequence[AnyEvent], posts: Sequence[MessagePosted], stream: StreamId,
+    settings: MemorySettings,
+) -> list[AnyEvent]:
+    """The channel's whole log after playing `posts` on their own clock, offline."""
+    with tempfile.TemporaryDirectory(prefix="eva-plan-") as directory:
+        backend = open_backend(Path(directory))
+        try:
+            store = EventStore(backend)
+            if others:
+                store.append(stream, list(others))
+            memory = Memory(store, stream, OfflineSummarizer(settings.line_limit), settings)
+            trio.run(memory.play, posts)
+            return [event for _, event in store.events(stream)]
+        finally:
+            backend.close()
+
+
+# -- the plan ------------------------------------------------------------------------
+
+
+def variants(models: ModelSettings) -> list[Variant]:
+    """What to price: every layout of each reply model, replies as sent before, and the
+    default layout kept warm; the default settings first."""
+    default = Variant(models.reply_model, models.cache_layout)
+    names = [models.reply_model, *(m for m in MODELS if m != models.reply_model)]
+    out = [default]
+    for model in names:
+        for layout in CACHE_LAYOUTS:
+            variant = Variant(model, layout)
+            if variant != default:
+                out.append(variant)
+        out.append(Variant(model, "5m", chunked_tail=False))
+        out.append(Variant(model, "split", keep_warm_hours=2.0))
+    return out
+
+
+def assumptions_of(args: argparse.Namespace) -> ReplyAssumptions:
+    for name in ("replies_per_month", "tool_result_bytes", "answer_bytes", "thinking_tokens"):
+        if getattr(args, name) < 0:
+            raise UserError(f"--{name.replace('_', '-')} must not be negative")
+    if not 0 <= args.tool_rounds <= 16:
+        raise UserError("--tool-rounds must be between 0 and 16")
+    return ReplyAssumptions(
+        tool_rounds=args.tool_rounds,
+        tool_result_bytes=args.tool_result_bytes,
+        answer_bytes=args.answer_bytes,
+        thinking_tokens=args.thinking_tokens,
+    )
+
+
+def run_plan(args: argparse.Namespace) -> int:
+    started = time.perf_counter()
+    settings = load_settings(args.settings)
+    models = load_model_settings(args.settings)
+    assumptions = assumptions_of(args)
+    stream, name, events = channel_posts(args)
+    posts = [e for e in events if isinstance(e, MessagePosted)]
+    if not posts:
+        raise UserError("the channel holds no messages: nothing to plan")
+    if args.messages_per_month is not None:
+        if args.messages_per_month <= 0:
+            raise UserError("--messages-per-month must be positive")
+        posts = at_rate(posts, args.messages_per_month)
+    others = [e for e in events if not isinstance(e, MessagePosted)]
+    only = [p.index for p in posts if not p.bot and MENTION.search(p.content)] if (
+        args.mentions_only
+    ) else None
+    answered = place_replies(posts, args.replies_per_month, args.seed, only)
+    chat, questions = with_answers(posts, answered, assumptions)
+    log = play(others, chat, stream, settings)
+    meta_zone = next((e.time_zone for e in others if isinstance(e, ChannelDescribed)), None)
+    tz = channel_zone(None, msgspec.structs.replace(settings, time_zone=meta_zone or ""))
+    texts = PromptTexts(
+        system=SYSTEM_PROMPT,
+        tools=TOOLS_TEXT,
+        tools_overhead_tokens=TOOL_USE_SYSTEM_TOKENS,
+        empty_tail=EMPTY_TAIL_TEXT,
+        budget_tokens=models.reply_prompt_tokens_max,
+    )
+    reply_price = models.prices.get(models.reply_model)
+    per = reply_price.bytes_per_token if reply_price is not None else BYTES_PER_TOKEN
+    timeline = read_timeline(log, questions, texts, settings.prompt_tail_max_bytes, per, tz)
+    line_price = models.prices.get(models.line_model)
+    line_per = line_price.bytes_per_token if line_price is not None else BYTES_PER_TOKEN
+    tree = bill_tree(
+        log, line_price, estimate_tokens(LINE_INSTRUCTIONS, line_per),
+        settings.tasks_per_request, models.use_batches,
+    )
+    months = timeline.months
+    bills = [
+        bill_variant(timeline, variant, models.prices.get(variant.model), texts, assumptions)
+        for variant in variants(models)
+    ]
+    summaries = [summarize(bill, tree, months) for bill in bills]
+    if args.chart is not None:
+        title = (f"eva plan: #{name}, {summaries[0].name}, dollars a day "
+                 f"(${summaries[0].usd_per_month:.2f} a month)")
+        try:
+            args.chart.write_text(daily_usd_svg(usd_by_day(bills[0], tree), title))
+        except OSError as error:
+            raise UserError(f"cannot write {args.chart}: {error.strerror or error}") from None
+    result = plan_json(name, posts, months, answered, assumptions, models, tree, summaries)
+    result["seconds"] = round(time.perf_counter() - started, 1)
+    if args.json:
+        print_json(result)
+    else:
+        print(describe_plan(result))
+    return 0
+
+
+def _summary_json(summary: Summary) -> dict[str, Any]:
+    def money(value: float) -> float | None:
+        return round(value, 6) if summary.priced else None
+
+    return {
+        "name": summary.name,
+        "reply_model": summary.model,
+        "cache_layout": summary.layout,
+        "priced": summary.priced,
+        "usd_per_month": money(summary.usd_per_month),
+        "tree_usd_per_month": round(summary.tree_usd_per_month, 6),
+        "replies_usd_per_month": money(summary.replies_usd_per_month),
+        "keep_warm_usd_per_month": money(summary.pings_usd_per_month),
+        "replies_per_month": round(summary.replies_per_month, 1),
+        "usd_per_reply_p50": money(summary.usd_per_reply_p50),
+        "usd_per_reply_p95": money(summary.usd_per_reply_p95),
+        "usd_per_reply_cold": money(summary.usd_per_reply_cold),
+        "usd_per_reply_warm": money(summary.usd_per_reply_warm),
+        "cold_share": round(summary.cold_share, 4),
+        "cache_read_share": round(summary.cache_read_share, 4),
+        "largest_prompt_tokens": summary.largest_prompt_tokens,
+        "margin": round(summary.margin, 4) if summary.priced else None,
+    }
+
+
+def plan_json(
+    name: str,
+    posts: Sequence[MessagePosted],
+    months: float,
+    answered: Sequence[int],
+    assumptions: ReplyAssumptions,
+    models: ModelSettings,
+    tree: TreeBill,
+    summaries: Sequence[Summary],
+) -> dict[str, Any]:
+    """The plan as one JSON object: the default settings' figures at the top level, every
+    variant under `variants`."""
+    headline = _summary_json(summaries[0])
+    return {
+        "channel": name,
+        "messages": len(posts),
+        "months": round(months, 2),
+        "messages_per_month": round(len(posts) / months, 1),
+        "replies": len(answered),
+        **headline,
+        "price_table_checked": models.prices_checked,
+        "plan_usd": PLAN_USD,
+        "plan_replies": PLAN_REPLIES,
+        "assumptions": {
+            "tool_rounds": assumptions.tool_rounds,
+            "tool_result_bytes": assumptions.tool_result_bytes,
+            "answer_bytes": assumptions.answer_bytes,
+            "thinking_tokens": assumptions.thinking_tokens,
+            "bytes_per_token": {
+                model: models.prices[model].bytes_per_token
+                for model in MODELS if model in models.prices
+            },
+        },
+        "tree": {
+            "line_model": models.line_model,
+            "batches": models.use_batches,
+            "model_tasks": tree.model_tasks,
+            "requests": tree.requests,
+            "free_lines": tree.free_lines,
+            "usd": round(tree.usd, 4),
+            "tasks_per_message": round(tree.model_tasks / max(len(posts), 1), 4),
+            "seed_figure": SEED_FIGURE,
+        },
+        "variants": [_summary_json(summary) for summary in summaries],
+    }
+
+
+def _money(value: float | None, digits: int = 2) -> str:
+    return "unpriced" if value is None else f"${value:,.{digits}f}"
+
+
+def describe_plan(result: dict[str, Any]) -> str:
+    """The plan as a table a person reads."""
+    tree = result["tree"]
+    assumed = result["assumptions"]
+    out = [
+        f"#{result['channel']}: {result['messages']:,} messages over {result['months']} months "
+        f"({result['messages_per_month']:,.0f} a month)",
+        f"replies: {result['replies']:,} placed ({result['replies_per_month']:,.0f} a month), "
+        f"each with {assumed['tool_rounds']} tool round(s) of {assumed['tool_result_bytes']:,} B "
+        f"and an answer of {assumed['answer_bytes']:,} B posted into the chat; "
+        f"{assumed['thinking_tokens']} tokens of thinking a request",
+        f"prices checked {result['price_table_checked']}; tokens are UTF-8 bytes over "
+        + ", ".join(f"{v} ({k})" for k, v in assumed["bytes_per_token"].items()),
+        f"tree: {tree['model_tasks']:,} model tasks in {tree['requests']:,} requests "
+        f"({tree['tasks_per_message']} a message), {tree['free_lines']:,} lines free, "
+        f"{_money(tree['usd'])} in all with {tree['line_model']}"
+        f"{' through batches' if tree['batches'] else ''}; the seed's figure: "
+        f"{tree['seed_figure']}",
+        "",
+        f"{'reply model and cache layout':<44}{'$/month':>9}{'replies':>9}{'tree':>7}"
+        f"{'$/reply p50':>12}{'p95':>9}{'cold':>9}{'warm':>9}{'cold':>6}{'read':>6}"
+        f"{'margin':>8}",
+    ]
+    for i, v in enumerate(result["variants"]):
+        star = "*" if i == 0 else " "
+        margin = "" if v["margin"] is None else f"{v['margin']:.0%}"
+        out.append(
+            f"{star}{v['name']:<43}{_money(v['usd_per_month']):>9}"
+            f"{_money(v['replies_usd_per_month']):>9}{_money(v['tree_usd_per_month']):>7}"
+            f"{_money(v['usd_per_reply_p50'], 4):>12}{_money(v['usd_per_reply_p95'], 4):>9}"
+            f"{_money(v['usd_per_reply_cold'], 4):>9}{_money(v['usd_per_reply_warm'], 4):>9}"
+            f"{v['cold_share']:>6.0%}{v['cache_read_share']:>6.0%}{margin:>8}"
+        )
+    out.append(
+        f"* the default settings; margin is what is left of the ${result['plan_usd']:.0f} plan; "
+        "cold: the reply found no row in the cache; read: prompt tokens read from the cache"
+    )
+    out.append(f"({result['seconds']} s; played offline in a temporary directory)")
+    return "\n".join(out)

@@ -1,0 +1,573 @@
+# What a server-month costs: Eva's replies placed in a channel's real timeline, priced
+# request by request through a model of the prompt cache, and the tree's lines beside them.
+#
+# Pure: it is handed a played channel log (messages, lines, publishes), the
+# messages Eva answers, the prompt's fixed texts and a price table, and returns
+# bills. It may not know how the log was played or how replies were chosen
+# (eva.cli.cmd_plan does both); it builds each reply's prompt with the same
+# functions the reply path uses (eva.core.prompt), so what it prices is what
+# Eva sends. Assumptions it cannot measure (how many tool rounds a reply
+# takes, what a tool returns, how long an answer is) are one value,
+# `ReplyAssumptions`, printed with every plan.
+# Invariants: a reply's requests are priced one by one (the long-prompt tier is
+# per request); a model missing from the table is never priced; the same
+# inputs give the same bills.
+from __future__ import annotations
+
+import hashlib
+import math
+from bisect import bisect_right
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import tzinfo
+
+import msgspec
+
+from eva.core.address import Address
+from eva.core.block import ShownMessage, message_line
+from eva.core.cache_model import Block, CacheSimulator, RequestUsage, block_key
+from eva.core.costs import cost_of
+from eva.core.events import AnyEvent, LineWritten, MessagePosted, RowPublished, Usage
+from eva.core.prices import Price
+from eva.core.prompt import (
+    PromptBudget,
+    estimate_tokens,
+    layout_marks,
+    memory_prompt,
+    tokens_at_most,
+)
+from eva.core.render import render_line, render_message
+from eva.core.summarize import OFFLINE_MODEL
+
+DAY_MS = 86_400_000
+MONTH_DAYS = 30.4375
+"""An average calendar month (365.25 / 12 days)."""
+PLAN_USD = 15.0
+"""What a server pays a month."""
+PLAN_REPLIES = 1500
+"""Replies a month included in the plan."""
+SEED_FIGURE = "4,801 small-model calls, about $3, for 52,000 messages"
+"""What the tree was first estimated to cost, printed beside the measured figure."""
+PING_TEXT = "."
+"""The whole user turn of a keep-warm request (max_tokens 1)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyAssumptions:
+    """What a reply is assumed to take beyond its prompt: nothing here is measured."""
+
+    tool_rounds: int = 1
+    """Rounds of tool use before the answer: each re-reads the whole prompt."""
+    tool_result_bytes: int = 2_000
+    """What one tool call brings back (a zoom about 1 KB, a recall up to 6 KB)."""
+    tool_call_output_tokens: int = 60
+    """Output of a round that calls a tool."""
+    answer_bytes: int = 300
+    """Eva's answer: a few chat sentences. It is also posted into the chat."""
+    round_seconds: float = 4.0
+    """Time between two requests of one reply."""
+    thinking_tokens: int = 100
+    """Output the model spends thinking in each request (billed as output; Eva asks for low
+    effort, ModelSettings.reply_effort)."""
+
+    def answer_tokens(self, bytes_per_token: float) -> int:
+        return math.ceil(self.answer_bytes / bytes_per_token)
+
+
+@dataclass(frozen=True, slots=True)
+class PromptTexts:
+    """The parts of every reply's prompt that are not the channel's."""
+
+    system: str
+    tools: str
+    """The tools' JSON as sent."""
+    tools_overhead_tokens: int
+    """Tokens the API adds to the system prompt when tools are offered."""
+    empty_tail: str
+    budget_tokens: int
+    """The reply path's guard (ModelSettings.reply_prompt_tokens_max)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Variant:
+    """One way of answering to price: the model, the cache layout, and two options."""
+
+    model: str
+    layout: str
+    chunked_tail: bool = True
+    """The tail in chunks that end where earlier prompts ended (today's reply path); False:
+    one block, as replies were sent before."""
+    keep_warm_hours: float = 0.0
+    """Refresh the row's entry with a one-token request before it expires, while someone
+    has posted in the last this many hours (0: never)."""
+
+    @property
+    def name(self) -> str:
+        extra = "" if self.chunked_tail else ", tail in one block"
+        if self.keep_warm_hours:
+            extra += f", kept warm {self.keep_warm_hours:g} h"
+        return f"{self.model} {self.layout}{extra}"
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyBill:
+    """What one reply cost, and whether it found the row in the cache."""
+
+    at_ms: int
+    usd: float
+    cold: bool
+    requests: int
+    read: int
+    write: int
+    uncached: int
+    output: int
+    largest_prompt: int
+
+
+@dataclass(frozen=True, slots=True)
+class PingBill:
+    """A keep-warm request."""
+
+    at_ms: int
+    usd: float
+
+
+@dataclass(frozen=True, slots=True)
+class _Turn:
+    """A reply's first prompt as block texts' keys and sizes: the same for every variant."""
+
+    at_ms: int
+    row: tuple[str, int]
+    """(key, bytes) of the row block."""
+    tail: tuple[tuple[str, int], ...]
+    question: tuple[str, int]
+
+
+@dataclass(slots=True)
+class Timeline:
+    """The played log as the planner reads it: each reply's prompt and when people posted."""
+
+    turns: list[_Turn] = field(default_factory=list)
+    turns_one_block: list[_Turn] = field(default_factory=list)
+    post_times: list[int] = field(default_factory=list)
+    publish_times: list[int] = field(default_factory=list)
+    first_ms: int = 0
+    last_ms: int = 0
+
+    @property
+    def months(self) -> float:
+        """The months the log spans (at least one day's worth)."""
+        return max(self.last_ms - self.first_ms, DAY_MS) / DAY_MS / MONTH_DAYS
+
+
+def _sized(text: str) -> tuple[str, int]:
+    return block_key(text), len(text.encode())
+
+
+def read_timeline(
+    log: Iterable[AnyEvent],
+    questions: Mapping[int, str],
+    texts: PromptTexts,
+    tail_cap_bytes: int,
+    bytes_per_token: float,
+    tz: tzinfo,
+) -> Timeline:
+    """Each answered message's first prompt, as the reply path would build it then.
+
+    `questions` maps the index of each message Eva answers to the new-message
+    text of its request. The row is the one last published before it; the tail
+    runs from that row's frontier to the question, fitted by the reply path's
+    own guard and cut in chunks where this row's earlier prompts ended.
+    """
+    timeline = Timeline()
+    rendered: dict[tuple[int, int], str] = {}
+    row_lines: list[str] = []
+    tail: list[tuple[int, str]] = []
+    cuts: list[int] = []
+    fixed = (
+        tokens_at_most(texts.tools, bytes_per_token)
+        + texts.tools_overhead_tokens
+        + tokens_at_most(texts.system, bytes_per_token)
+    )
+    for event in log:
+        if isinstance(event, LineWritten):
+            rendered[(event.start, event.size)] = render_line(
+                Address(event.start, event.size), event.text, event.first_ms, event.last_ms, tz
+            )
+        elif isinstance(event, RowPublished):
+            row_lines = [rendered[(start, size)] for start, size in event.entries]
+            timeline.publish_times.append(event.at_ms)
+            tail = [line for line in tail if line[0] >= event.frontier]
+            cuts = []
+        elif isinstance(event, MessagePosted):
+            if not timeline.post_times:
+                timeline.first_ms = event.at_ms
+            timeline.last_ms = event.at_ms
+            if not event.bot:
+                timeline.post_times.append(event.at_ms)
+            tail.append((event.index, message_line(_shown(event), tz)))
+            question = questions.get(event.index)
+            if question is None:
+                continue
+            budget = PromptBudget(
+                tokens=texts.budget_tokens,
+                fixed_tokens=fixed + tokens_at_most(question, bytes_per_token),
+                bytes_per_token=bytes_per_token,
+            )
+            memory = memory_prompt(row_lines, tail, tail_cap_bytes, budget, cuts)
+            whole = "".join(memory.tail)
+            if memory.tail_end and (not cuts or memory.tail_end > cuts[-1]):
+                cuts.append(memory.tail_end)
+            row = _sized(memory.row)
+            for turns, tail_chunks in ((timeline.turns, memory.tail),
+                                       (timeline.turns_one_block, (whole,) if whole else ())):
+                turns.append(
+                    _Turn(
+                        at_ms=event.at_ms,
+                        row=row,
+                        tail=tuple(_sized(chunk) for chunk in (tail_chunks or (texts.empty_tail,))),
+                        question=_sized(question),
+                    )
+                )
+    return timeline
+
+
+def _shown(post: MessagePosted) -> ShownMessage:
+    return ShownMessage(
+        index=post.index,
+        at_ms=post.at_ms,
+        author_name=post.author_name,
+        content=post.content,
+        attachments=post.attachments,
+        edited=post.edited_at_ms is not None,
+    )
+
+
+@dataclass(slots=True)
+class VariantBill:
+    """Every reply and keep-warm request of one variant."""
+
+    variant: Variant
+    priced: bool
+    replies: list[ReplyBill] = field(default_factory=list)
+    pings: list[PingBill] = field(default_factory=list)
+
+
+def bill_variant(
+    timeline: Timeline,
+    variant: Variant,
+    price: Price | None,
+    texts: PromptTexts,
+    assumptions: ReplyAssumptions,
+) -> VariantBill:
+    """Send every reply of `timeline` the way `variant` says, through one prompt cache.
+
+    A reply is its first request, then `assumptions.tool_rounds` more, each
+    with the previous round's tool call and result added. Without a price the
+    requests are still counted, at zero dollars.
+    """
+    per = price.bytes_per_token if price is not None else 2.7
+    cache = CacheSimulator(min_tokens=price.min_cache_tokens if price is not None else 0)
+    marks = layout_marks(variant.layout)
+    tools = Block(
+        estimate_tokens(texts.tools, per) + texts.tools_overhead_tokens, block_key(texts.tools)
+    )
+    system = Block(estimate_tokens(texts.system, per), block_key(texts.system), marks.system)
+    call = Block(assumptions.tool_call_output_tokens, "tool-call")
+    result_tokens = math.ceil(assumptions.tool_result_bytes / per)
+    answer_tokens = assumptions.answer_tokens(per)
+    bill = VariantBill(variant=variant, priced=price is not None)
+    turns = timeline.turns if variant.chunked_tail else timeline.turns_one_block
+    warm = _KeepWarm(variant.keep_warm_hours, timeline.post_times, timeline.publish_times)
+
+    def tokens(sized: tuple[str, int]) -> int:
+        return math.ceil(sized[1] / per)
+
+    for turn in turns:
+        row = Block(tokens(turn.row), turn.row[0], marks.row)
+        for ping_at, row_block in warm.due(turn.at_ms):
+            used = cache.request([tools, system, row_block, Block(1, PING_TEXT)], ping_at / 1000)
+            bill.pings.append(PingBill(ping_at, _usd(used.usage(1), price)))
+        tail = [Block(tokens(chunk), chunk[0]) for chunk in turn.tail]
+        tail[-1] = Block(tail[-1].tokens, tail[-1].key, marks.tail)
+        blocks = [tools, system, row, *tail, Block(tokens(turn.question), turn.question[0])]
+        total = RequestUsage()
+        usd = 0.0
+        output = largest = 0
+        cold = True
+        rounds = assumptions.tool_rounds
+        for round_number in range(rounds + 1):
+            now_s = turn.at_ms / 1000 + round_number * assumptions.round_seconds
+            used = cache.request(blocks, now_s)
+            out = assumptions.thinking_tokens + (
+                answer_tokens if round_number == rounds else assumptions.tool_call_output_tokens
+            )
+            usd += _usd(used.usage(out), price)
+            output += out
+            largest = max(largest, used.total)
+            if round_number == 0:
+                cold = used.read < tools.tokens + system.tokens + row.tokens
+            total = RequestUsage(
+                read=total.read + used.read,
+                write_5m=total.write_5m + used.write_5m,
+                write_1h=total.write_1h + used.write_1h,
+                uncached=total.uncached + used.uncached,
+            )
+            if round_number < rounds:
+                last = round_number + 1 == rounds
+                result_ttl = None if last else marks.tool_result
+                blocks = [
+                    *(Block(b.tokens, b.key) if b.key.startswith("result:") else b
+                      for b in blocks),
+                    Block(call.tokens, f"call:{turn.at_ms}:{round_number}"),
+                    Block(result_tokens, f"result:{turn.at_ms}:{round_number}", result_ttl),
+                ]
+        warm.replied(turn.at_ms + rounds * int(assumptions.round_seconds * 1000), row)
+        bill.replies.append(
+            ReplyBill(
+                at_ms=turn.at_ms,
+                usd=usd,
+                cold=cold,
+                requests=rounds + 1,
+                read=total.read,
+                write=total.write,
+                uncached=total.uncached,
+                output=output,
+                largest_prompt=largest,
+            )
+        )
+    return bill
+
+
+def _usd(usage: Usage, price: Price | None) -> float:
+    return 0.0 if price is None else cost_of(usage, price)
+
+
+@dataclass(slots=True)
+class _KeepWarm:
+    """When to refresh the row's one-hour entry: five minutes before it would expire, while
+    the row is the same and someone posted within `hours`."""
+
+    hours: float
+    post_times: list[int]
+    publish_times: list[int]
+    at_ms: int | None = None
+    row: Block | None = None
+
+    LEAD_MS = 5 * 60_000
+    LIFE_MS = 3_600_000
+
+    def replied(self, at_ms: int, row: Block) -> None:
+        if self.hours and row.ttl == "1h":
+            self.at_ms, self.row = at_ms, row
+
+    def due(self, until_ms: int) -> Iterable[tuple[int, Block]]:
+        """The pings to send before `until_ms`: none once a publish replaced the row."""
+        while self.at_ms is not None and self.row is not None:
+            ping = self.at_ms + self.LIFE_MS - self.LEAD_MS
+            if ping >= until_ms:
+                return
+            recent = bisect_right(self.post_times, ping) - 1
+            published = bisect_right(self.publish_times, ping) - bisect_right(
+                self.publish_times, self.at_ms
+            )
+            if (
+                published
+                or recent < 0
+                or ping - self.post_times[recent] > self.hours * 3_600_000
+            ):
+                self.at_ms = None
+                return
+            self.at_ms = ping
+            yield ping, self.row
+
+
+# -- the tree -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TreeBill:
+    """What the lines of the played log would cost from the line model, estimated."""
+
+    model_tasks: int
+    requests: int
+    free_lines: int
+    usd: float
+    by_day: dict[int, float]
+
+
+def bill_tree(
+    log: Sequence[AnyEvent],
+    price: Price | None,
+    instructions_tokens: int,
+    tasks_per_request: int,
+    batch: bool,
+    task_frame_tokens: int = 40,
+) -> TreeBill:
+    """Price every line the log's offline summarizer made as if the line model had made it.
+
+    A leaf task reads its message, a merge its two halves as they stood; each
+    writes its line. Tasks go `tasks_per_request` to a request; a compression
+    run (the lines written at one time) writes the cached instructions once and
+    every later request of the run reads them. Glued and verbatim lines are free.
+    """
+    per = price.bytes_per_token if price is not None else 2.7
+    texts: dict[tuple[int, int], str] = {}
+    messages: dict[int, str] = {}
+    runs: dict[int, list[tuple[int, int]]] = {}
+    free = 0
+    for event in log:
+        if isinstance(event, MessagePosted):
+            messages[event.index] = render_message(
+                event.author_name, event.content, event.attachments
+            )
+        elif isinstance(event, LineWritten):
+            if event.how == "model" and event.model == OFFLINE_MODEL:
+                if event.size == 1:
+                    source = messages.get(event.start, "")
+                else:
+                    half = event.size // 2
+                    source = texts.get((event.start, half), "") + texts.get(
+                        (event.start + half, half), ""
+                    )
+                run = runs.setdefault(event.at_ms, [])
+                run.append((math.ceil(len(source.encode()) / per) + task_frame_tokens,
+                            math.ceil(len(event.text.encode()) / per) + task_frame_tokens // 4))
+            else:
+                free += 1
+            texts[(event.start, event.size)] = event.text
+    usd = 0.0
+    requests = tasks = 0
+    by_day: dict[int, float] = {}
+    for at_ms, run in runs.items():
+        for first in range(0, len(run), tasks_per_request):
+            chunk = run[first:first + tasks_per_request]
+            usage = Usage(
+                input_tokens=sum(task_in for task_in, _ in chunk),
+                output_tokens=sum(task_out for _, task_out in chunk),
+                cache_write_tokens=instructions_tokens if first == 0 else 0,
+                cache_read_tokens=0 if first == 0 else instructions_tokens,
+            )
+            cost = 0.0 if price is None else cost_of(usage, price, batch=batch)
+            usd += cost
+            by_day[at_ms // DAY_MS] = by_day.get(at_ms // DAY_MS, 0.0) + cost
+            requests += 1
+            tasks += len(chunk)
+    return TreeBill(model_tasks=tasks, requests=requests, free_lines=free, usd=usd,
+                    by_day=by_day)
+
+
+def at_rate(posts: Sequence[MessagePosted], per_month: float) -> list[MessagePosted]:
+    """The same chat with its clock run faster or slower, so that people post `per_month`
+    messages a month: every gap between two messages scaled alike, bursts kept bursts."""
+    people = [post for post in posts if not post.bot]
+    if len(people) < 2 or per_month <= 0:
+        return list(posts)
+    first = people[0].at_ms
+    span_days = max(people[-1].at_ms - first, 1) / DAY_MS
+    scale = (len(people) / per_month * MONTH_DAYS) / span_days
+    return [
+        msgspec.structs.replace(post, at_ms=first + round((post.at_ms - first) * scale))
+        for post in posts
+    ]
+
+
+# -- placing replies ------------------------------------------------------------------
+
+
+def place_replies(
+    posts: Sequence[MessagePosted], per_month: int, seed: int, only: Iterable[int] | None = None
+) -> list[int]:
+    """The indexes of the messages Eva answers: `per_month` a month over the posts' span,
+    chosen among `only` (default: every message by a person) evenly at random, so busy
+    stretches get more replies in proportion. The same seed gives the same choice.
+    """
+    people = [post for post in posts if not post.bot]
+    if not people:
+        return []
+    span = max(people[-1].at_ms - people[0].at_ms, DAY_MS) / DAY_MS / MONTH_DAYS
+    wanted = round(per_month * span)
+    pool = [post.index for post in people] if only is None else sorted(set(only))
+    if wanted >= len(pool):
+        return pool
+    ranked = sorted(pool, key=lambda index: _draw(seed, index))
+    return sorted(ranked[:wanted])
+
+
+def _draw(seed: int, index: int) -> bytes:
+    return hashlib.blake2b(f"{seed}:{index}".encode(), digest_size=8).digest()
+
+
+# -- summing up -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """A variant's month: the figures `eva plan` prints."""
+
+    name: str
+    model: str
+    layout: str
+    priced: bool
+    replies_per_month: float
+    replies_usd_per_month: float
+    pings_usd_per_month: float
+    tree_usd_per_month: float
+    usd_per_month: float
+    usd_per_reply_p50: float
+    usd_per_reply_p95: float
+    usd_per_reply_cold: float
+    usd_per_reply_warm: float
+    cold_share: float
+    cache_read_share: float
+    largest_prompt_tokens: int
+    margin: float
+    """What is left of the plan's price, as a share of it."""
+
+
+def summarize(bill: VariantBill, tree: TreeBill, months: float) -> Summary:
+    """The monthly figures of one variant, the tree's beside its replies."""
+    replies = bill.replies
+    costs = sorted(reply.usd for reply in replies)
+    cold = [reply.usd for reply in replies if reply.cold]
+    warm = [reply.usd for reply in replies if not reply.cold]
+    prompt = sum(reply.read + reply.write + reply.uncached for reply in replies)
+    replies_usd = sum(costs) / months
+    pings_usd = sum(ping.usd for ping in bill.pings) / months
+    tree_usd = tree.usd / months
+    total = replies_usd + pings_usd + tree_usd
+    return Summary(
+        name=bill.variant.name,
+        model=bill.variant.model,
+        layout=bill.variant.layout,
+        priced=bill.priced,
+        replies_per_month=len(replies) / months,
+        replies_usd_per_month=replies_usd,
+        pings_usd_per_month=pings_usd,
+        tree_usd_per_month=tree_usd,
+        usd_per_month=total,
+        usd_per_reply_p50=_quantile(costs, 0.5),
+        usd_per_reply_p95=_quantile(costs, 0.95),
+        usd_per_reply_cold=sum(cold) / len(cold) if cold else 0.0,
+        usd_per_reply_warm=sum(warm) / len(warm) if warm else 0.0,
+        cold_share=len(cold) / len(replies) if replies else 0.0,
+        cache_read_share=sum(reply.read for reply in replies) / prompt if prompt else 0.0,
+        largest_prompt_tokens=max((reply.largest_prompt for reply in replies), default=0),
+        margin=(PLAN_USD - total) / PLAN_USD,
+    )
+
+
+def _quantile(sorted_values: Sequence[float], q: float) -> float:
+    if not sorted_values:
+        return 0.0
+    return sorted_values[min(len(sorted_values) - 1, math.floor(q * len(sorted_values)))]
+
+
+def usd_by_day(bill: VariantBill, tree: TreeBill) -> dict[int, float]:
+    """Dollars a day (days since the epoch, UTC): replies, pings and the tree."""
+    days: dict[int, float] = dict(tree.by_day)
+    for reply in bill.replies:
+        days[reply.at_ms // DAY_MS] = days.get(reply.at_ms // DAY_MS, 0.0) + reply.usd
+    for ping in bill.pings:
+        days[ping.at_ms // DAY_MS] = days.get(ping.at_ms // DAY_MS, 0.0) + ping.usd
+    return days

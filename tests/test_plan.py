@@ -1,0 +1,242 @@
+"""What a server-month costs: the planner's pure parts against hand counts, and `eva plan`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from eva.cli.main import main
+from eva.core.block import ShownMessage, memory_row, message_line
+from eva.core.events import AnyEvent, LineWritten, MessagePosted
+from eva.core.plan import (
+    MONTH_DAYS,
+    PromptTexts,
+    ReplyAssumptions,
+    Variant,
+    bill_tree,
+    bill_variant,
+    place_replies,
+    read_timeline,
+)
+from eva.core.prices import Price
+from eva.core.summarize import OFFLINE_MODEL
+from eva.demo.friends import friends_export
+
+BASE_MS = 1_700_000_000_000
+DAY_MS = 86_400_000
+# One token a byte, so that token counts are byte counts a person can add up.
+PRICE = Price(
+    input=1.0, output=2.0, cache_write_5m=1.25, cache_write_1h=2.0, cache_read=0.1,
+    min_cache_tokens=0, bytes_per_token=1.0,
+)
+TEXTS = PromptTexts(
+    system="S" * 540, tools="T" * 270, tools_overhead_tokens=0, empty_tail="(none)",
+    budget_tokens=60_000,
+)
+
+
+def post(index: int, at_ms: int, text: str) -> MessagePosted:
+    return MessagePosted(at_ms=at_ms, index=index, message_id=100 + index, author_id=1,
+                         author_name="Ann", content=text)
+
+
+def line_of(message: MessagePosted) -> str:
+    shown = ShownMessage(index=message.index, at_ms=message.at_ms,
+                         author_name=message.author_name, content=message.content)
+    return message_line(shown) + "\n"
+
+
+def chat() -> list[MessagePosted]:
+    return [post(i, BASE_MS + i * 60_000, f"message number {i}") for i in range(4)]
+
+
+def test_two_replies_priced_by_hand() -> None:
+    posts = chat()
+    questions = {1: "Q" * 30, 3: "R" * 40}
+    timeline = read_timeline(posts, questions, TEXTS, 1 << 20, 1.0, tz_utc())
+    assumed = ReplyAssumptions(tool_rounds=0, answer_bytes=10, thinking_tokens=0)
+    bill = bill_variant(timeline, Variant("m", "long"), PRICE, TEXTS, assumed)
+    first, second = bill.replies
+    row = len(memory_row([]))
+    chunk_1 = len(line_of(posts[0]) + line_of(posts[1]))
+    chunk_2 = len(line_of(posts[2]) + line_of(posts[3]))
+    # the first writes tools, system, row and tail for an hour; the question is plain input
+    assert (first.read, first.write, first.uncached) == (0, 270 + 540 + row + chunk_1, 30)
+    assert first.usd == pytest.approx(((270 + 540 + row + chunk_1) * 2.0 + 30 + 10 * 2.0) / 1e6)
+    assert first.cold
+    # two minutes on, everything but the new chunk is read back
+    assert (second.read, second.write, second.uncached) == (270 + 540 + row + chunk_1,
+                                                           chunk_2, 40)
+    assert second.usd == pytest.approx(
+        ((270 + 540 + row + chunk_1) * 0.1 + chunk_2 * 2.0 + 40 + 10 * 2.0) / 1e6
+    )
+    assert not second.cold
+
+
+def test_a_tool_round_reads_the_prompt_again() -> None:
+    posts = chat()
+    timeline = read_timeline(posts, {1: "Q" * 30}, TEXTS, 1 << 20, 1.0, tz_utc())
+    assumed = ReplyAssumptions(tool_rounds=1, tool_result_bytes=100,
+                               tool_call_output_tokens=7, answer_bytes=10,
+                               thinking_tokens=0)
+    [reply] = bill_variant(timeline, Variant("m", "long"), PRICE, TEXTS, assumed).replies
+    prefix = 270 + 540 + len(memory_row([])) + len(line_of(posts[0]) + line_of(posts[1]))
+    # round one writes the prefix; round two reads it, its question, call and result plain
+    assert (reply.read, reply.write, reply.uncached) == (prefix, prefix, 30 + 30 + 7 + 100)
+    assert reply.requests == 2 and reply.output == 7 + 10
+    assert reply.usd == pytest.approx(
+        (prefix * 2.0 + 30 + 7 * 2.0 + prefix * 0.1 + (30 + 7 + 100) + 10 * 2.0) / 1e6
+    )
+
+
+def test_without_cache_marks_every_token_is_plain_input() -> None:
+    posts = chat()
+    timeline = read_timeline(posts, {1: "Q" * 30, 3: "R" * 40}, TEXTS, 1 << 20, 1.0, tz_utc())
+    assumed = ReplyAssumptions(tool_rounds=0, answer_bytes=10, thinking_tokens=0)
+    bill = bill_variant(timeline, Variant("m", "none"), PRICE, TEXTS, assumed)
+    for reply in bill.replies:
+        assert reply.read == reply.write == 0
+        assert reply.usd == pytest.approx((reply.uncached + 10 * 2.0) / 1e6)
+
+
+def test_the_tree_is_priced_task_by_task_through_batches() -> None:
+    message = post(0, BASE_MS, "x" * 100)
+    leaf = LineWritten(at_ms=BASE_MS, start=0, size=1, text="L" * 50, first_ms=BASE_MS,
+                       last_ms=BASE_MS, how="model", model=OFFLINE_MODEL)
+    glued = LineWritten(at_ms=BASE_MS, start=1, size=1, text="G" * 20, first_ms=BASE_MS,
+                        last_ms=BASE_MS, how="verbatim")
+    merge = LineWritten(at_ms=BASE_MS, start=0, size=2, text="M" * 40, first_ms=BASE_MS,
+                        last_ms=BASE_MS, how="model", model=OFFLINE_MODEL)
+    log: list[AnyEvent] = [message, leaf, glued, merge]
+    tree = bill_tree(log, PRICE, instructions_tokens=500, tasks_per_request=8, batch=True,
+                     task_frame_tokens=40)
+    assert (tree.model_tasks, tree.requests, tree.free_lines) == (2, 1, 1)
+    # leaf: "Ann: " + 100 bytes in, 50 out; merge: 50 + 20 in, 40 out; frames 40 in, 10 out
+    inputs = (5 + 100 + 40) + (50 + 20 + 40)
+    outputs = (50 + 10) + (40 + 10)
+    assert tree.usd == pytest.approx((inputs * 1.0 + outputs * 2.0 + 500 * 1.25) / 1e6 / 2)
+
+
+def test_replies_fall_where_people_talk_and_the_seed_decides_which() -> None:
+    busy = [post(i, BASE_MS + i * 60_000, "hi") for i in range(900)]  # one busy day
+    quiet = [post(900 + i, BASE_MS + (1 + i) * 2 * DAY_MS, "hi") for i in range(100)]
+    posts = busy + quiet  # 200 days: about 6.6 months
+    months = (quiet[-1].at_ms - BASE_MS) / DAY_MS / MONTH_DAYS
+    chosen = place_replies(posts, 60, seed=1)
+    assert len(chosen) == round(60 * months)
+    assert chosen == place_replies(posts, 60, seed=1)
+    assert chosen != place_replies(posts, 60, seed=2)
+    in_busy = sum(index < 900 for index in chosen)
+    assert 0.8 < in_busy / len(chosen) < 0.97  # 90% of the messages, so about 90% of replies
+    assert place_replies(posts, 10_000, seed=1) == [p.index for p in posts]  # capped
+    assert place_replies(posts, 60, seed=1, only=[3, 5, 7]) == [3, 5, 7]
+
+
+def tz_utc() -> Any:
+    from datetime import UTC
+
+    return UTC
+
+
+# -- eva plan ---------------------------------------------------------------------------
+
+SMALL_MEMORY = (
+    "[memory]\ncompress_at_bytes = 8192\ntail_keep_bytes = 2048\n"
+    "row_high_bytes = 8192\nrow_low_bytes = 4096\noverflow_tail_bytes = 16384\n"
+)
+
+
+@pytest.fixture
+def export(tmp_path: Path) -> Path:
+    path = tmp_path / "friends.json"
+    path.write_bytes(friends_export(1200))
+    return path
+
+
+def run_plan(args: list[str], capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    capsys.readouterr()
+    assert main(["plan", *args, "--json"]) == 0
+    value = json.loads(capsys.readouterr().out)
+    assert isinstance(value, dict)
+    return value
+
+
+def test_eva_plan_gives_the_same_bill_every_run(
+    export: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    settings = tmp_path / "small.toml"
+    settings.write_text(SMALL_MEMORY)
+    chart = tmp_path / "days.svg"
+    args = [str(export), "--settings", str(settings), "--replies-per-month", "40"]
+    first = run_plan([*args, "--chart", str(chart)], capsys)
+    second = run_plan(args, capsys)
+    first.pop("seconds")
+    second.pop("seconds")
+    assert first == second
+    for key in ("usd_per_month", "tree_usd_per_month", "replies_usd_per_month",
+                "replies_per_month", "usd_per_reply_cold", "usd_per_reply_warm",
+                "cache_read_share", "reply_model", "price_table_checked"):
+        assert key in first
+    assert first["price_table_checked"] == "2026-12-06"
+    assert first["replies_per_month"] == pytest.approx(40, abs=1)
+    assert first["usd_per_month"] == pytest.approx(
+        first["replies_usd_per_month"] + first["tree_usd_per_month"]
+        + first["keep_warm_usd_per_month"]
+    )
+    assert first["usd_per_reply_cold"] > first["usd_per_reply_warm"] > 0
+    names = {v["name"] for v in first["variants"]}
+    assert {"claude-haiku-5-5 long", "claude-sonnet-5-5 long",
+            "claude-haiku-5-5 5m, tail in one block"} <= names
+    sonnet = next(v for v in first["variants"] if v["name"] == "claude-sonnet-5-5 long")
+    haiku = next(v for v in first["variants"] if v["name"] == "claude-haiku-5-5 long")
+    assert sonnet["replies_usd_per_month"] > 10 * haiku["replies_usd_per_month"]
+    assert not list(tmp_path.glob("data*")), "the plan wrote outside its temporary directory"
+    svg = chart.read_text()
+    assert svg.startswith("<svg") and "dollars a day" in svg and svg.count("<rect") > 10
+    # another seed puts the replies elsewhere
+    other = run_plan([*args, "--seed", "2"], capsys)
+    assert other["usd_per_month"] != first["usd_per_month"]
+
+
+def test_eva_plan_prints_a_table_and_reads_a_data_directory(
+    export: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = tmp_path / "data"
+    assert main(["import", str(export), "--data", str(data)]) == 0
+    settings = tmp_path / "small.toml"
+    settings.write_text(SMALL_MEMORY)
+    capsys.readouterr()
+    assert main(["plan", "--data", str(data), "--settings", str(settings),
+                 "--replies-per-month", "30"]) == 0
+    out = capsys.readouterr().out
+    assert "$/month" in out and "margin" in out and "the seed's figure" in out
+    assert "*claude-haiku-5-5 long" in out
+    from_export = run_plan([str(export), "--settings", str(settings),
+                            "--replies-per-month", "30"], capsys)
+    from_data = run_plan(["--data", str(data), "--settings", str(settings),
+                          "--replies-per-month", "30"], capsys)
+    assert from_data["usd_per_month"] == pytest.approx(from_export["usd_per_month"])
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ([], "give an EXPORT file or --data DIR"),
+        (["missing.json"], "no such file"),
+        (["{export}", "--replies-per-month", "-3"], "must not be negative"),
+        (["{export}", "--tool-rounds", "99"], "between 0 and 16"),
+        (["--data", "{tmp}/nowhere"], "no Eva data directory"),
+    ],
+)
+def test_eva_plan_refuses_bad_input_plainly(
+    args: list[str], message: str, export: Path, tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    given = [a.format(export=export, tmp=tmp_path) for a in args]
+    capsys.readouterr()
+    assert main(["plan", *given]) == 1
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
