@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from eva.cli.cmd_cost import load_model_settings
@@ -233,3 +234,74 @@ def test_bad_model_settings_are_a_user_error(
     settings.write_text('[models]\nreply_effort = "huge"\n')
     assert main(["cost", "--data", str(data), "--settings", str(settings)]) == 1
     assert "reply_effort must be one of low" in capsys.readouterr().err
+
+
+def test_a_price_is_changed_field_by_field(tmp_path: Path) -> None:
+    settings = tmp_path / "eva.toml"
+    settings.write_text('[models.prices.claude-haiku-5-5]\nbytes_per_token = 2.9\n')
+    haiku = load_model_settings(settings).prices["claude-haiku-5-5"]
+    assert haiku == msgspec.structs.replace(default_prices()["claude-haiku-5-5"],
+                                            bytes_per_token=2.9)
+    settings.write_text('[models.prices.new-model]\nbytes_per_token = 2.9\n')
+    with pytest.raises(UserError, match="new-model|input"):
+        load_model_settings(settings)
+
+
+def test_eva_calibrate_measures_bytes_per_token_through_the_counting_api(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from eva.demo.friends import friends_export
+    from eva.testing.fake_anthropic import FakeMessagesAPI
+
+    export = tmp_path / "friends.json"
+    export.write_bytes(friends_export(300))
+    data = tmp_path / "data"
+    assert main(["import", str(export), "--data", str(data)]) == 0
+    settings = tmp_path / "eva.toml"
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    capsys.readouterr()
+    assert main(["calibrate", "friends", "--data", str(data)]) == 1
+    assert "ANTHROPIC_API_KEY" in capsys.readouterr().err
+    with FakeMessagesAPI().serve() as fake:
+        settings.write_text(f'[models]\nbase_url = "{fake.url}"\n')
+        monkeypatch.setenv("ANTHROPIC_API_KEY", fake.key)
+        assert main(["calibrate", "friends", "--data", str(data), "--settings", str(settings),
+                     "--json"]) == 0
+        result = json.loads(capsys.readouterr().out)
+        counted = [r for r in fake.requests if r.path == "/v1/messages/count_tokens"]
+    assert result["memory_bytes"] > 1000
+    [row] = result["models"]  # replies and lines use the same model by default
+    assert row["model"] == "claude-haiku-5-5"
+    # the fake counts 2.7 bytes a token, which is what the table says too
+    assert row["bytes_per_token"] == pytest.approx(2.7, rel=0.01)
+    assert abs(row["table_error"]) < 0.01
+    assert len(counted) == 2 and all(r.body["model"] == "claude-haiku-5-5" for r in counted)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "wrong")
+    with FakeMessagesAPI().serve() as fake:
+        settings.write_text(f'[models]\nbase_url = "{fake.url}"\n')
+        assert main(["calibrate", "friends", "--data", str(data), "--settings",
+                     str(settings)]) == 1
+    err = capsys.readouterr().err
+    assert "refused: 401" in err and "Traceback" not in err
+
+
+def test_eva_status_shows_each_guilds_spend_this_month_against_its_plan(
+    data: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    capsys.readouterr()
+    assert main(["status", "--data", str(data), "--month", "1970-01", "--json"]) == 0
+    [guild] = json.loads(capsys.readouterr().out)["guilds"]
+    assert guild["guild_id"] == 41 and guild["month"] == "1970-01"
+    assert guild["usd"] == pytest.approx(0.0092)
+    assert guild["replies_usd"] == pytest.approx(0.009)
+    assert guild["plan_usd"] == 15.0 and guild["plan_replies"] == 1500
+    assert guild["share_of_plan"] == pytest.approx(0.0092 / 15, abs=1e-6)
+    assert guild["unpriced"] == ["mystery-model"]
+    assert main(["status", "--data", str(data), "--month", "1970-02", "--json"]) == 0
+    [later] = json.loads(capsys.readouterr().out)["guilds"]
+    assert later["usd"] == 0
+    assert main(["status", "--data", str(data), "--month", "1970-01"]) == 0
+    out = capsys.readouterr().out
+    assert "guild 41" in out and "$0.0092 of the $15.00 plan" in out
+    assert main(["status", "--data", str(data), "--month", "January"]) == 1
+    assert "--month must be YYYY-MM" in capsys.readouterr().err

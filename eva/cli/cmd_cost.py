@@ -19,11 +19,12 @@ from eva.cli.common import (
     find_stream,
     open_store,
     print_json,
-    settings_table,
+    read_table,
+    settings_value,
 )
 from eva.core.costs import CostReport, CostRow, sum_costs
 from eva.core.keys import StreamId
-from eva.core.prices import default_prices
+from eva.core.prices import Price, default_prices
 from eva.core.prompt import CACHE_LAYOUTS
 from eva.core.settings import ModelSettings
 
@@ -33,10 +34,32 @@ from eva.core.settings import ModelSettings
 def load_model_settings(path: Path | None) -> ModelSettings:
     """The model settings: defaults, overridden by the [models] table of a TOML file.
 
-    Prices given under [models.prices.NAME] replace or add to the default
-    table one model at a time; the models not named keep their default price.
+    A [models.prices.NAME] table changes the default price of NAME field by
+    field (`bytes_per_token = 2.9` alone is enough) or adds a model, which must
+    then give at least `input` and `output`; the models not named keep their
+    default price.
     """
-    settings = settings_table(path, "models", ModelSettings)
+    if path is None:
+        return ModelSettings()
+    data = read_table(path, "models")
+    given = data.pop("prices", {})
+    if not isinstance(given, dict) or not all(isinstance(v, dict) for v in given.values()):
+        raise UserError(f"bad settings in {path}: [models.prices] holds one table per model")
+    settings = settings_value(path, data, ModelSettings)
+    defaults = default_prices()
+    prices = dict(defaults)
+    for name, fields in given.items():
+        base = msgspec.to_builtins(defaults[name]) if name in defaults else {}
+        try:
+            prices[name] = msgspec.convert({**base, **fields}, Price).check(name)
+        except (msgspec.ValidationError, ValueError) as error:
+            raise UserError(f"bad settings in {path}: prices of {name}: {error}") from None
+    check_model_settings(path, settings)
+    return msgspec.structs.replace(settings, prices=prices)
+
+
+def check_model_settings(path: Path, settings: ModelSettings) -> None:
+    """A UserError naming the first model setting that makes no sense."""
     if settings.cache_layout not in CACHE_LAYOUTS:
         raise UserError(
             f"bad settings in {path}: cache_layout must be one of {', '.join(CACHE_LAYOUTS)}"
@@ -49,13 +72,18 @@ def load_model_settings(path: Path | None) -> ModelSettings:
         raise UserError(f"bad settings in {path}: line_target_share must be from 0.2 to 1.0")
     if settings.reply_prompt_tokens_max < 1000:
         raise UserError(f"bad settings in {path}: reply_prompt_tokens_max must be at least 1000")
-    prices = {**default_prices(), **settings.prices}
-    try:
-        for name, price in prices.items():
-            price.check(name)
-    except ValueError as error:
-        raise UserError(f"bad settings in {path}: {error}") from None
-    return msgspec.structs.replace(settings, prices=prices)
+
+
+EFFORTS = ("low", "medium", "high", "xhigh", "max")
+
+
+def unsplit_ttl(models: ModelSettings) -> str:
+    """The lifetime of recorded cache writes whose lifetime was not recorded apart (older
+    replies): an hour when every mark lives an hour, else five minutes."""
+    return "1h" if models.cache_layout == "1h" else "5m"
+
+
+# -- eva cost ------------------------------------------------------------------
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -75,17 +103,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add_json_option(cost)
     cost.set_defaults(run=run_cost)
 
-
-EFFORTS = ("low", "medium", "high", "xhigh", "max")
-
-
-def unsplit_ttl(models: ModelSettings) -> str:
-    """The lifetime of recorded cache writes whose lifetime was not recorded apart (older
-    replies): an hour when every mark lives an hour, else five minutes."""
-    return "1h" if models.cache_layout == "1h" else "5m"
-
-
-# -- eva cost ------------------------------------------------------------------
 
 
 def run_cost(args: argparse.Namespace) -> int:

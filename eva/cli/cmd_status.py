@@ -11,7 +11,9 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from eva.cli.cmd_cost import load_model_settings, unsplit_ttl
 from eva.cli.common import (
+    UserError,
     add_data_option,
     add_json_option,
     add_settings_option,
@@ -19,9 +21,11 @@ from eva.cli.common import (
     open_store,
     print_json,
 )
-from eva.core.events import RowPublished
+from eva.core.costs import CostReport, sum_costs
+from eva.core.events import LineWritten, ReplyWritten, RowPublished
 from eva.core.keys import StreamId
-from eva.core.settings import MemorySettings
+from eva.core.plan import PLAN_REPLIES, PLAN_USD
+from eva.core.settings import MemorySettings, ModelSettings
 from eva.core.state import StreamMeta
 from eva.core.timing import compression_due
 from eva.store.event_store import EventStore
@@ -54,10 +58,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="per channel figures of a data directory: messages, tail, row, pending work",
         description=(
             "Show, for every channel of a data directory, its messages, tail and row "
-            "bytes, row lines, leaf frontier, pending compression tasks and last publish. "
-            "Read-only; safe while a server runs on the same directory."
+            "bytes, row lines, leaf frontier, pending compression tasks and last publish; "
+            "then, for every guild, what its recorded model calls cost this month at list "
+            "prices against its plan. Read-only; safe while a server runs on the same "
+            "directory."
         ),
     )
+    parser.add_argument("--month", default=None, metavar="YYYY-MM",
+                        help="the month whose spend to show per guild (default: this one, UTC)")
     add_data_option(parser)
     add_settings_option(parser)
     add_json_option(parser)
@@ -91,6 +99,108 @@ def channel_status(store: EventStore, meta: StreamMeta, settings: MemorySettings
         last_publish_ms=published.at_ms if published else None,
         last_publish_reason=published.reason if published else None,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class GuildSpend:
+    """What one guild's recorded model calls cost in one month, against its plan."""
+
+    guild_id: int
+    guild_name: str
+    month: str
+    usd: float
+    lines_usd: float
+    replies_usd: float
+    replies: int
+    unpriced: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "guild_id": self.guild_id,
+            "guild_name": self.guild_name,
+            "month": self.month,
+            "usd": round(self.usd, 6),
+            "lines_usd": round(self.lines_usd, 6),
+            "replies_usd": round(self.replies_usd, 6),
+            "replies": self.replies,
+            "plan_usd": PLAN_USD,
+            "plan_replies": PLAN_REPLIES,
+            "share_of_plan": round(self.usd / PLAN_USD, 6),
+            "unpriced": list(self.unpriced),
+        }
+
+
+def month_bounds(month: str) -> tuple[int, int]:
+    """The first and the past-last UTC millisecond of a `YYYY-MM` month."""
+    start = datetime.strptime(month, "%Y-%m").replace(tzinfo=UTC)
+    following = (start + timedelta(days=32)).replace(day=1)
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
+    return (int((start - epoch).total_seconds() * 1000),
+            int((following - epoch).total_seconds() * 1000))
+
+
+def first_seq_at(store: EventStore, stream: StreamId, end: int, at_ms: int) -> int:
+    """The first event of the stream at or after `at_ms`, found by halving (events are
+    appended as time goes, so their times rise with their positions)."""
+    low, high = 0, end
+    while low < high:
+        middle = (low + high) // 2
+        event = store.event(stream, middle)
+        if event is not None and event.at_ms < at_ms:
+            low = middle + 1
+        else:
+            high = middle
+    return low
+
+
+def guild_spend(
+    store: EventStore, metas: list[StreamMeta], models: ModelSettings, month: str
+) -> list[GuildSpend]:
+    """Each guild's spend in `month` from the usage its channels recorded, at list prices."""
+    start, stop = month_bounds(month)
+    reports: dict[int, CostReport] = {}
+    names: dict[int, str] = {}
+    replies: dict[int, int] = {}
+    for meta in metas:
+        stream = StreamId(meta.guild_id, meta.channel_id)
+        first = first_seq_at(store, stream, meta.position, start)
+        events = (
+            event for _, event in store.events(stream, first)
+            if start <= event.at_ms < stop and isinstance(event, LineWritten | ReplyWritten)
+        )
+        report = sum_costs(events, models.prices, cache_ttl=unsplit_ttl(models))
+        reports.setdefault(meta.guild_id, CostReport()).add(report)
+        names[meta.guild_id] = meta.guild_name or names.get(meta.guild_id, "")
+        if meta.reply_month == month:
+            replies[meta.guild_id] = replies.get(meta.guild_id, 0) + meta.replies
+    return [
+        GuildSpend(
+            guild_id=guild,
+            guild_name=names[guild],
+            month=month,
+            usd=report.usd,
+            lines_usd=report.kind_usd("lines"),
+            replies_usd=report.kind_usd("replies"),
+            replies=replies.get(guild, 0),
+            unpriced=tuple(report.unpriced),
+        )
+        for guild, report in sorted(reports.items())
+    ]
+
+
+def spend_table(spends: list[GuildSpend]) -> str:
+    """One line per guild: its month's spend against the plan."""
+    out = []
+    for spend in spends:
+        name = f" ({spend.guild_name})" if spend.guild_name else ""
+        unpriced = f"; unpriced: {', '.join(spend.unpriced)}" if spend.unpriced else ""
+        out.append(
+            f"guild {spend.guild_id}{name}, {spend.month}: ${spend.usd:,.4f} of the "
+            f"${PLAN_USD:.2f} plan ({spend.usd / PLAN_USD:.1%}; lines ${spend.lines_usd:,.4f}, "
+            f"replies ${spend.replies_usd:,.4f}), {spend.replies:,} of {PLAN_REPLIES:,} "
+            f"replies{unpriced}"
+        )
+    return "\n".join(out)
 
 
 def directory_status(store: EventStore, settings: MemorySettings) -> list[ChannelStatus]:
@@ -163,12 +273,21 @@ def status_table(channels: list[ChannelStatus]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     settings = load_settings(args.settings)
+    models = load_model_settings(args.settings)
+    month = args.month or datetime.now(UTC).strftime("%Y-%m")
+    try:
+        month_bounds(month)
+    except ValueError:
+        raise UserError(f"--month must be YYYY-MM, not {month!r}") from None
     store = open_store(args.data)
     channels = directory_status(store, settings)
+    spends = guild_spend(store, store.streams(), models, month)
     if args.json:
-        print_json(status_json(channels))
+        print_json({**status_json(channels), "guilds": [s.to_json() for s in spends]})
     else:
         print(status_table(channels))
+        if spends:
+            print(spend_table(spends))
     return 0
 
 

@@ -50,18 +50,35 @@ def add_settings_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def read_table(path: Path, table: str) -> dict[str, Any]:
+    """The `[table]` of a TOML settings file as plain data ({} when the file has none)."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8")).get(table, {})
+    except FileNotFoundError:
+        raise UserError(f"no settings file at {path}") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise UserError(f"cannot read settings file {path}: {error}") from None
+    except tomllib.TOMLDecodeError as error:
+        raise UserError(f"bad settings in {path}: {error}") from None
+    if not isinstance(data, dict):
+        raise UserError(f"bad settings in {path}: [{table}] must be a table")
+    return data
+
+
 def settings_table(path: Path | None, table: str, kind: type[S]) -> S:
     """The `[table]` of a TOML settings file as `kind` (its defaults without a file)."""
     if path is None:
         return kind()
+    return settings_value(path, read_table(path, table), kind)
+
+
+def settings_value(path: Path, data: dict[str, Any], kind: type[S]) -> S:
+    """Plain settings data as `kind`, checked; a UserError naming `path` if it is wrong."""
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8")).get(table, {})
         value = msgspec.convert(data, kind)
         check = getattr(value, "check", None)
         return check() if callable(check) else value
-    except FileNotFoundError:
-        raise UserError(f"no settings file at {path}") from None
-    except (tomllib.TOMLDecodeError, msgspec.ValidationError, ValueError) as error:
+    except (msgspec.ValidationError, ValueError) as error:
         raise UserError(f"bad settings in {path}: {error}") from None
 
 

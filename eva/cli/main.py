@@ -24,6 +24,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "eva.cli.cmd_status",
     "eva.cli.cmd_cost",
     "eva.cli.cmd_plan",
+    "eva.cli.cmd_calibrate",
     "eva.cli.cmd_run",
 )
 
