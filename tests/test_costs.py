@@ -243,7 +243,7 @@ def test_a_price_is_changed_field_by_field(tmp_path: Path) -> None:
     assert haiku == msgspec.structs.replace(default_prices()["claude-haiku-5-5"],
                                             bytes_per_token=2.9)
     settings.write_text('[models.prices.new-model]\nbytes_per_token = 2.9\n')
-    with pytest.raises(UserError, match="new-model|input"):
+    with pytest.raises(UserError, match=r"prices of new-model: .*input"):
         load_model_settings(settings)
 
 

@@ -20,6 +20,7 @@ from eva.core.plan import (
     bill_variant,
     place_replies,
     read_timeline,
+    zoom_depth,
 )
 from eva.core.prices import Price
 from eva.core.summarize import OFFLINE_MODEL
@@ -240,3 +241,9 @@ def test_eva_plan_refuses_bad_input_plainly(
     assert main(["plan", *given]) == 1
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+def test_zoom_depth_weighs_each_line_by_the_messages_it_covers() -> None:
+    # 8 messages three zooms down, 4 two down, 2 one down, 2 leaves in the row itself
+    assert zoom_depth([8, 4, 2, 1, 1]) == pytest.approx((8 * 3 + 4 * 2 + 2 * 1) / 16)
+    assert zoom_depth([]) == 0.0

@@ -290,7 +290,7 @@ def run_plan(args: argparse.Namespace) -> int:
         bill_variant(timeline, variant, models.prices.get(variant.model), texts, assumptions)
         for variant in variants(models)
     ]
-    summaries = [summarize(bill, tree, months) for bill in bills]
+    summaries = [summarize(bill, tree, months, timeline.zoom_depths) for bill in bills]
     if args.chart is not None:
         title = (f"eva plan: #{name}, {summaries[0].name}, dollars a day "
                  f"(${summaries[0].usd_per_month:.2f} a month)")
@@ -328,6 +328,7 @@ def _summary_json(summary: Summary) -> dict[str, Any]:
         "cold_share": round(summary.cold_share, 4),
         "cache_read_share": round(summary.cache_read_share, 4),
         "largest_prompt_tokens": summary.largest_prompt_tokens,
+        "zoom_depth": round(summary.zoom_depth, 2),
         "margin": round(summary.margin, 4) if summary.priced else None,
     }
 
@@ -401,6 +402,8 @@ def describe_plan(result: dict[str, Any]) -> str:
         f"{_money(tree['usd'])} in all with {tree['line_model']}"
         f"{' through batches' if tree['batches'] else ''}; the seed's figure: "
         f"{tree['seed_figure']}",
+        f"row: a reply's row is {result['zoom_depth']} zooms above the messages it covers, "
+        f"on average; the largest request held {result['largest_prompt_tokens']:,} tokens",
         "",
         f"{'reply model and cache layout':<44}{'$/month':>9}{'replies':>9}{'tree':>7}"
         f"{'$/reply p50':>12}{'p95':>9}{'cold':>9}{'warm':>9}{'cold':>6}{'read':>6}"

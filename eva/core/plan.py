@@ -151,6 +151,9 @@ class Timeline:
     turns_one_block: list[_Turn] = field(default_factory=list)
     post_times: list[int] = field(default_factory=list)
     publish_times: list[int] = field(default_factory=list)
+    zoom_depths: list[float] = field(default_factory=list)
+    """Per reply: how many zooms lead from the row to one of the messages it covers, on
+    average over those messages (a line of 2^k messages is k zooms above each)."""
     first_ms: int = 0
     last_ms: int = 0
 
@@ -184,6 +187,7 @@ def read_timeline(
     row_lines: list[str] = []
     tail: list[tuple[int, str]] = []
     cuts: list[int] = []
+    depth = 0.0
     fixed = (
         tokens_at_most(texts.tools, bytes_per_token)
         + texts.tools_overhead_tokens
@@ -196,6 +200,7 @@ def read_timeline(
             )
         elif isinstance(event, RowPublished):
             row_lines = [rendered[(start, size)] for start, size in event.entries]
+            depth = zoom_depth([size for _, size in event.entries])
             timeline.publish_times.append(event.at_ms)
             tail = [line for line in tail if line[0] >= event.frontier]
             cuts = []
@@ -214,6 +219,7 @@ def read_timeline(
                 fixed_tokens=fixed + tokens_at_most(question, bytes_per_token),
                 bytes_per_token=bytes_per_token,
             )
+            timeline.zoom_depths.append(depth)
             memory = memory_prompt(row_lines, tail, tail_cap_bytes, budget, cuts)
             whole = "".join(memory.tail)
             if memory.tail_end and (not cuts or memory.tail_end > cuts[-1]):
@@ -230,6 +236,15 @@ def read_timeline(
                     )
                 )
     return timeline
+
+
+def zoom_depth(sizes: Sequence[int]) -> float:
+    """The zooms from a row of lines of these sizes down to one message, on average over
+    the messages the row covers."""
+    covered = sum(sizes)
+    if not covered:
+        return 0.0
+    return sum(size * math.log2(size) for size in sizes) / covered
 
 
 def _shown(post: MessagePosted) -> ShownMessage:
@@ -521,11 +536,15 @@ class Summary:
     cold_share: float
     cache_read_share: float
     largest_prompt_tokens: int
+    zoom_depth: float
+    """Zooms from the row to a message it covers, on average over replies and messages."""
     margin: float
     """What is left of the plan's price, as a share of it."""
 
 
-def summarize(bill: VariantBill, tree: TreeBill, months: float) -> Summary:
+def summarize(
+    bill: VariantBill, tree: TreeBill, months: float, zoom_depths: Sequence[float] = ()
+) -> Summary:
     """The monthly figures of one variant, the tree's beside its replies."""
     replies = bill.replies
     costs = sorted(reply.usd for reply in replies)
@@ -553,6 +572,7 @@ def summarize(bill: VariantBill, tree: TreeBill, months: float) -> Summary:
         cold_share=len(cold) / len(replies) if replies else 0.0,
         cache_read_share=sum(reply.read for reply in replies) / prompt if prompt else 0.0,
         largest_prompt_tokens=max((reply.largest_prompt for reply in replies), default=0),
+        zoom_depth=sum(zoom_depths) / len(zoom_depths) if zoom_depths else 0.0,
         margin=(PLAN_USD - total) / PLAN_USD,
     )
 
