@@ -145,7 +145,8 @@ def main() -> int:
         print(f"no sample at {args.export}; nothing to measure", file=sys.stderr)
         return 0
     shares = [float(share) for share in args.shares.split(",")]
-    raw = gzip.decompress(args.export.read_bytes())
+    data = args.export.read_bytes()
+    raw = gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data
     default_share = ModelSettings().line_target_share
     worst = build(raw, args.export, worst_lines, default_share)
     print("worst", json.dumps(worst), file=sys.stderr)

@@ -32,7 +32,7 @@ from eva.model.client import (
     classify,
     make_client,
 )
-from eva.model.line_prompt import LINE_INSTRUCTIONS
+from eva.model.line_prompt import LINE_INSTRUCTIONS, task_text
 from eva.model.line_writer import ClaudeLineWriter
 from eva.store.event_store import EventStore
 from eva.store.lmdb_kv import open_backend
@@ -526,3 +526,11 @@ async def test_batched_background_calls_get_their_own_limit_and_a_day(
     direct = LimitedSummarizer(Slow(batches=False), trio.CapacityLimiter(1), timeout_s=100)
     with pytest.raises(TimeoutError):
         await direct.summarize([], urgent=False)  # not batched: the usual limit
+
+
+def test_the_target_share_shrinks_merges_and_leaves_long_messages_whole() -> None:
+    merge = MergeTask(address=Address(0, 2), left_text="a" * 400, right_text="b" * 400)
+    leaf = LeafTask(address=Address(2, 1), name="Ann", text="c" * 900)
+    assert 'target="435 to 512 bytes"' in task_text(merge, 512)
+    assert 'target="217 to 256 bytes"' in task_text(merge, 512, 0.5)
+    assert 'target="435 to 512 bytes"' in task_text(leaf, 512, 0.5)

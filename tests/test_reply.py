@@ -252,6 +252,7 @@ async def test_reply_with_zooms_and_recall_and_the_cache(
             marks = sum(marked(b) for m in later["messages"] for b in m["content"])
             assert marks + 1 <= 4
         assert "tool_choice" not in body or body["tool_choice"] == {"type": "auto"}
+        assert body["output_config"] == {"effort": "low"}  # thinking is billed as output
 
         # A second question with no publish in between reads row and tail from the cache.
         fake.answer = lambda body: "Still topic3."

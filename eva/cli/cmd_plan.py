@@ -221,6 +221,7 @@ def variants(models: ModelSettings) -> list[Variant]:
     """What to price: every layout of each reply model, replies as sent before, and the
     default layout kept warm; the default settings first."""
     default = Variant(models.reply_model, models.cache_layout)
+    warm_layout = models.cache_layout if models.cache_layout in ("long", "split", "1h") else "long"
     names = [models.reply_model, *(m for m in MODELS if m != models.reply_model)]
     out = [default]
     for model in names:
@@ -229,7 +230,7 @@ def variants(models: ModelSettings) -> list[Variant]:
             if variant != default:
                 out.append(variant)
         out.append(Variant(model, "5m", chunked_tail=False))
-        out.append(Variant(model, "split", keep_warm_hours=2.0))
+        out.append(Variant(model, warm_layout, keep_warm_hours=2.0))
     return out
 
 

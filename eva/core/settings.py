@@ -93,8 +93,9 @@ class ModelSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     line_model: str = "claude-haiku-5-5"
     """The small model that writes leaf and merge lines."""
     line_target_share: float = 1.0
-    """The size a line is asked to have, as a share of the line limit (85-100% of that): a
-    smaller target lets two lines glue into their parent with no model call."""
+    """The size a merged line is asked to have, as a share of the line limit (85-100% of
+    that): a smaller target lets two lines glue into their parent with no model call. A long
+    message's leaf is always asked for the whole limit."""
     reply_model: str = "claude-haiku-5-5"
     """The model Eva answers people with."""
     base_url: str | None = None

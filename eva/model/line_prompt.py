@@ -97,10 +97,12 @@ def target_text(limit: int, share: float) -> str:
 def task_text(task: Task, limit: int, share: float = 1.0) -> str:
     """One task as the model sees it: address, kind, sizes and the text to summarise.
 
-    `share` of the limit is the high end of the target size (ModelSettings.line_target_share).
+    `share` of the limit is the high end of a merge's target size
+    (ModelSettings.line_target_share); a long message's leaf keeps its author's own
+    words, so it is asked to use the whole limit.
     """
     address = format_address(task.address)
-    target = target_text(limit, share)
+    target = target_text(limit, share if isinstance(task, MergeTask) else 1.0)
     match task:
         case LeafTask(name=name, text=text):
             return (
