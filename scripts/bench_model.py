@@ -113,6 +113,10 @@ def build(raw: bytes, export: Path, answer: Any, share: float) -> dict[str, Any]
     )
     price = settings.prices[settings.line_model]
     merged = [len(line.text.encode()) for line in model if line.size > 1]
+    # Each line's usage is its share of one request of a few tasks, far under any price
+    # tier; priced line by line (their sum priced as one request would pass the tier).
+    list_usd = sum(cost_of(line.usage, price) for line in model if line.usage)
+    batch_usd = sum(cost_of(line.usage, price, batch=True) for line in model if line.usage)
     return {
         "share": share,
         "messages": len(posts),
@@ -126,10 +130,8 @@ def build(raw: bytes, export: Path, answer: Any, share: float) -> dict[str, Any]
         "cache_write_tokens": usage.cache_write_tokens,
         "cache_read_tokens": usage.cache_read_tokens,
         "mean_merged_line_bytes": round(sum(merged) / max(len(merged), 1)),
-        # every request priced on its own would differ only above the 100k tier, which no
-        # line request comes near (a few tasks of at most two 512-byte halves)
-        "list_usd": round(cost_of(usage, price), 3),
-        "batch_usd": round(cost_of(usage, price, batch=True), 3),
+        "list_usd": round(list_usd, 3),
+        "batch_usd": round(batch_usd, 3),
         "publishes": built.publishes,
         "build_s": round(seconds, 1),
     }

@@ -198,16 +198,20 @@ def with_answers(
 
 def play(
     others: Sequence[AnyEvent], posts: Sequence[MessagePosted], stream: StreamId,
-    settings: MemorySettings,
+    settings: MemorySettings, merge_share: float = 1.0,
 ) -> list[AnyEvent]:
-    """The channel's whole log after playing `posts` on their own clock, offline."""
+    """The channel's whole log after playing `posts` on their own clock, offline, merged
+    lines held to `merge_share` of the limit as the line model is asked to."""
     with tempfile.TemporaryDirectory(prefix="eva-plan-") as directory:
         backend = open_backend(Path(directory))
         try:
             store = EventStore(backend)
             if others:
                 store.append(stream, list(others))
-            memory = Memory(store, stream, OfflineSummarizer(settings.line_limit), settings)
+            summarizer = OfflineSummarizer(
+                settings.line_limit, int(settings.line_limit * merge_share)
+            )
+            memory = Memory(store, stream, summarizer, settings)
             trio.run(memory.play, posts)
             return [event for _, event in store.events(stream)]
         finally:
@@ -267,7 +271,7 @@ def run_plan(args: argparse.Namespace) -> int:
     ) else None
     answered = place_replies(posts, args.replies_per_month, args.seed, only)
     chat, questions = with_answers(posts, answered, assumptions)
-    log = play(others, chat, stream, settings)
+    log = play(others, chat, stream, settings, models.line_target_share)
     meta_zone = next((e.time_zone for e in others if isinstance(e, ChannelDescribed)), None)
     tz = channel_zone(None, msgspec.structs.replace(settings, time_zone=meta_zone or ""))
     texts = PromptTexts(

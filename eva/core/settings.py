@@ -3,8 +3,9 @@
 # Plain data: the shell reads overrides (a TOML file, flags) and hands the core
 # a `MemorySettings`; the core never looks anything up itself. The defaults are
 # DESIGN.md's shape at the sizes `eva plan` chose to fit the $15 plan (README,
-# "What a server costs"): a row of 16-32 KiB and a tail of 6-48 KiB, half
-# DESIGN.md's first figures, so that a reply's prompt is about 20,000 tokens.
+# "What a server costs"): a row of 12-24 KiB and a tail of 4-32 KiB, a quarter to
+# a third of DESIGN.md's first figures, so that a reply's prompt stays near 15,000
+# tokens.
 from __future__ import annotations
 
 import msgspec
@@ -20,17 +21,17 @@ class MemorySettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
 
     line_limit: int = 512
     """Bytes of UTF-8 a line may hold."""
-    compress_at_bytes: int = 24 * KIB
+    compress_at_bytes: int = 16 * KIB
     """A compression run starts when the messages with no leaf yet pass this."""
-    tail_keep_bytes: int = 6 * KIB
+    tail_keep_bytes: int = 4 * KIB
     """A run leaves about this much of the newest chat without leaves, word for word."""
     quiet_ms: int = 30 * MINUTE_MS
     """Publish when the chat has been quiet this long."""
-    overflow_tail_bytes: int = 48 * KIB
+    overflow_tail_bytes: int = 32 * KIB
     """Publish anyway when the tail passes this."""
-    row_high_bytes: int = 32 * KIB
+    row_high_bytes: int = 24 * KIB
     """Row merges start when the rendered row passes this..."""
-    row_low_bytes: int = 16 * KIB
+    row_low_bytes: int = 12 * KIB
     """...and stop once it is at most this."""
     prompt_tail_max_bytes: int = 64 * KIB
     """The tail shown in the prompt never passes this; older uncovered messages are cut."""
@@ -92,7 +93,7 @@ class ModelSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
 
     line_model: str = "claude-haiku-5-5"
     """The small model that writes leaf and merge lines."""
-    line_target_share: float = 1.0
+    line_target_share: float = 0.45
     """The size a merged line is asked to have, as a share of the line limit (85-100% of
     that): a smaller target lets two lines glue into their parent with no model call. A long
     message's leaf is always asked for the whole limit."""

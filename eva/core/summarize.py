@@ -264,14 +264,26 @@ def offline_line(task: Task, limit: int = LINE_LIMIT_BYTES) -> str:
 
 
 class OfflineSummarizer:
-    """A `Summarizer` that needs no model: `offline_line` for every task."""
+    """A `Summarizer` that needs no model: `offline_line` for every task.
 
-    def __init__(self, limit: int = LINE_LIMIT_BYTES) -> None:
+    `merge_limit` (default: the limit) holds merged lines shorter, as a line
+    model asked for a smaller target would (ModelSettings.line_target_share);
+    `eva plan` plays with it so that its tree glues where the model's would.
+    """
+
+    def __init__(self, limit: int = LINE_LIMIT_BYTES, merge_limit: int | None = None) -> None:
         self.limit = limit
+        self.merge_limit = limit if merge_limit is None else min(limit, merge_limit)
 
     async def summarize(self, tasks: Sequence[Task], urgent: bool = True) -> list[Summary]:
         """The offline summaries of `tasks`, in order (urgent or not, the same)."""
         return [
-            Summary(address=task.address, text=offline_line(task, self.limit), model=OFFLINE_MODEL)
+            Summary(
+                address=task.address,
+                text=offline_line(
+                    task, self.merge_limit if isinstance(task, MergeTask) else self.limit
+                ),
+                model=OFFLINE_MODEL,
+            )
             for task in tasks
         ]
