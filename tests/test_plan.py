@@ -16,7 +16,6 @@ from eva.core.plan import (
     PromptTexts,
     ReplyAssumptions,
     Variant,
-    bill_tree,
     bill_variant,
     place_replies,
     read_timeline,
@@ -24,6 +23,7 @@ from eva.core.plan import (
 )
 from eva.core.prices import Price
 from eva.core.summarize import OFFLINE_MODEL
+from eva.core.tree_cost import bill_tree
 from eva.demo.friends import friends_export
 
 BASE_MS = 1_700_000_000_000

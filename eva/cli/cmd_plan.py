@@ -44,10 +44,8 @@ from eva.core.plan import (
     PromptTexts,
     ReplyAssumptions,
     Summary,
-    TreeBill,
     Variant,
     at_rate,
-    bill_tree,
     bill_variant,
     place_replies,
     read_timeline,
@@ -58,6 +56,7 @@ from eva.core.prices import BYTES_PER_TOKEN
 from eva.core.prompt import CACHE_LAYOUTS, estimate_tokens
 from eva.core.settings import MemorySettings, ModelSettings
 from eva.core.summarize import OfflineSummarizer
+from eva.core.tree_cost import TreeBill, bill_tree
 from eva.memory.build import Memory
 from eva.memory.view import channel_zone
 from eva.model.line_prompt import LINE_INSTRUCTIONS

@@ -28,7 +28,7 @@ from eva.core.block import ShownMessage, message_line
 from eva.core.cache_model import Block, CacheSimulator, RequestUsage, block_key
 from eva.core.costs import cost_of
 from eva.core.events import AnyEvent, LineWritten, MessagePosted, RowPublished, Usage
-from eva.core.prices import Price
+from eva.core.prices import BYTES_PER_TOKEN, Price
 from eva.core.prompt import (
     PromptBudget,
     estimate_tokens,
@@ -36,8 +36,8 @@ from eva.core.prompt import (
     memory_prompt,
     tokens_at_most,
 )
-from eva.core.render import render_line, render_message
-from eva.core.summarize import OFFLINE_MODEL
+from eva.core.render import render_line
+from eva.core.tree_cost import TreeBill
 
 DAY_MS = 86_400_000
 MONTH_DAYS = 30.4375
@@ -281,7 +281,7 @@ def bill_variant(
     with the previous round's tool call and result added. Without a price the
     requests are still counted, at zero dollars.
     """
-    per = price.bytes_per_token if price is not None else 2.7
+    per = price.bytes_per_token if price is not None else BYTES_PER_TOKEN
     cache = CacheSimulator(min_tokens=price.min_cache_tokens if price is not None else 0)
     marks = layout_marks(variant.layout)
     tools = Block(
@@ -397,79 +397,7 @@ class _KeepWarm:
             yield ping, self.row
 
 
-# -- the tree -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class TreeBill:
-    """What the lines of the played log would cost from the line model, estimated."""
-
-    model_tasks: int
-    requests: int
-    free_lines: int
-    usd: float
-    by_day: dict[int, float]
-
-
-def bill_tree(
-    log: Sequence[AnyEvent],
-    price: Price | None,
-    instructions_tokens: int,
-    tasks_per_request: int,
-    batch: bool,
-    task_frame_tokens: int = 40,
-) -> TreeBill:
-    """Price every line the log's offline summarizer made as if the line model had made it.
-
-    A leaf task reads its message, a merge its two halves as they stood; each
-    writes its line. Tasks go `tasks_per_request` to a request; a compression
-    run (the lines written at one time) writes the cached instructions once and
-    every later request of the run reads them. Glued and verbatim lines are free.
-    """
-    per = price.bytes_per_token if price is not None else 2.7
-    texts: dict[tuple[int, int], str] = {}
-    messages: dict[int, str] = {}
-    runs: dict[int, list[tuple[int, int]]] = {}
-    free = 0
-    for event in log:
-        if isinstance(event, MessagePosted):
-            messages[event.index] = render_message(
-                event.author_name, event.content, event.attachments
-            )
-        elif isinstance(event, LineWritten):
-            if event.how == "model" and event.model == OFFLINE_MODEL:
-                if event.size == 1:
-                    source = messages.get(event.start, "")
-                else:
-                    half = event.size // 2
-                    source = texts.get((event.start, half), "") + texts.get(
-                        (event.start + half, half), ""
-                    )
-                run = runs.setdefault(event.at_ms, [])
-                run.append((math.ceil(len(source.encode()) / per) + task_frame_tokens,
-                            math.ceil(len(event.text.encode()) / per) + task_frame_tokens // 4))
-            else:
-                free += 1
-            texts[(event.start, event.size)] = event.text
-    usd = 0.0
-    requests = tasks = 0
-    by_day: dict[int, float] = {}
-    for at_ms, run in runs.items():
-        for first in range(0, len(run), tasks_per_request):
-            chunk = run[first:first + tasks_per_request]
-            usage = Usage(
-                input_tokens=sum(task_in for task_in, _ in chunk),
-                output_tokens=sum(task_out for _, task_out in chunk),
-                cache_write_tokens=instructions_tokens if first == 0 else 0,
-                cache_read_tokens=0 if first == 0 else instructions_tokens,
-            )
-            cost = 0.0 if price is None else cost_of(usage, price, batch=batch)
-            usd += cost
-            by_day[at_ms // DAY_MS] = by_day.get(at_ms // DAY_MS, 0.0) + cost
-            requests += 1
-            tasks += len(chunk)
-    return TreeBill(model_tasks=tasks, requests=requests, free_lines=free, usd=usd,
-                    by_day=by_day)
+# -- placing replies ------------------------------------------------------------------
 
 
 def at_rate(posts: Sequence[MessagePosted], per_month: float) -> list[MessagePosted]:
@@ -485,9 +413,6 @@ def at_rate(posts: Sequence[MessagePosted], per_month: float) -> list[MessagePos
         msgspec.structs.replace(post, at_ms=first + round((post.at_ms - first) * scale))
         for post in posts
     ]
-
-
-# -- placing replies ------------------------------------------------------------------
 
 
 def place_replies(
