@@ -247,3 +247,21 @@ def test_zoom_depth_weighs_each_line_by_the_messages_it_covers() -> None:
     # 8 messages three zooms down, 4 two down, 2 one down, 2 leaves in the row itself
     assert zoom_depth([8, 4, 2, 1, 1]) == pytest.approx((8 * 3 + 4 * 2 + 2 * 1) / 16)
     assert zoom_depth([]) == 0.0
+
+
+def test_a_model_missing_from_the_price_table_is_shown_unpriced(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    export = tmp_path / "short.json"
+    export.write_bytes(friends_export(300))
+    settings = tmp_path / "mystery.toml"
+    settings.write_text(SMALL_MEMORY + '[models]\nreply_model = "claude-mystery-9"\n')
+    result = run_plan([str(export), "--settings", str(settings), "--replies-per-month", "20"],
+                      capsys)
+    assert result["reply_model"] == "claude-mystery-9"
+    assert result["usd_per_month"] is None and result["usd_per_reply_cold"] is None
+    assert result["margin"] is None
+    assert result["tree_usd_per_month"] is not None  # the line model is priced
+    assert main(["plan", str(export), "--settings", str(settings),
+                 "--replies-per-month", "20"]) == 0
+    assert "unpriced" in capsys.readouterr().out

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -270,6 +271,7 @@ def run_plan(args: argparse.Namespace) -> int:
     ) else None
     answered = place_replies(posts, args.replies_per_month, args.seed, only)
     chat, questions = with_answers(posts, answered, assumptions)
+    say(f"playing {len(chat):,} messages ({len(answered):,} of them answered) offline")
     log = play(others, chat, stream, settings, models.line_target_share)
     meta_zone = next((e.time_zone for e in others if isinstance(e, ChannelDescribed)), None)
     tz = channel_zone(None, msgspec.structs.replace(settings, time_zone=meta_zone or ""))
@@ -290,9 +292,11 @@ def run_plan(args: argparse.Namespace) -> int:
         settings.tasks_per_request, models.use_batches,
     )
     months = timeline.months
+    ways = variants(models)
+    say(f"pricing {len(timeline.turns):,} replies {len(ways)} ways")
     bills = [
         bill_variant(timeline, variant, models.prices.get(variant.model), texts, assumptions)
-        for variant in variants(models)
+        for variant in ways
     ]
     summaries = [summarize(bill, tree, months, timeline.zoom_depths) for bill in bills]
     if args.chart is not None:
@@ -311,17 +315,24 @@ def run_plan(args: argparse.Namespace) -> int:
     return 0
 
 
-def _summary_json(summary: Summary) -> dict[str, Any]:
-    def money(value: float) -> float | None:
-        return round(value, 6) if summary.priced else None
+def say(text: str) -> None:
+    """A line of progress on standard error (standard output holds the plan)."""
+    print(f"eva plan: {text}...", file=sys.stderr, flush=True)
+
+
+def _summary_json(summary: Summary, tree_priced: bool = True) -> dict[str, Any]:
+    """One variant's figures; a figure that needs a model the price table lacks is None."""
+
+    def money(value: float, priced: bool = summary.priced) -> float | None:
+        return round(value, 6) if priced else None
 
     return {
         "name": summary.name,
         "reply_model": summary.model,
         "cache_layout": summary.layout,
         "priced": summary.priced,
-        "usd_per_month": money(summary.usd_per_month),
-        "tree_usd_per_month": round(summary.tree_usd_per_month, 6),
+        "usd_per_month": money(summary.usd_per_month, summary.priced and tree_priced),
+        "tree_usd_per_month": money(summary.tree_usd_per_month, tree_priced),
         "replies_usd_per_month": money(summary.replies_usd_per_month),
         "keep_warm_usd_per_month": money(summary.pings_usd_per_month),
         "replies_per_month": round(summary.replies_per_month, 1),
@@ -333,7 +344,7 @@ def _summary_json(summary: Summary) -> dict[str, Any]:
         "cache_read_share": round(summary.cache_read_share, 4),
         "largest_prompt_tokens": summary.largest_prompt_tokens,
         "zoom_depth": round(summary.zoom_depth, 2),
-        "margin": round(summary.margin, 4) if summary.priced else None,
+        "margin": round(summary.margin, 4) if summary.priced and tree_priced else None,
     }
 
 
@@ -349,7 +360,8 @@ def plan_json(
 ) -> dict[str, Any]:
     """The plan as one JSON object: the default settings' figures at the top level, every
     variant under `variants`."""
-    headline = _summary_json(summaries[0])
+    tree_priced = models.line_model in models.prices
+    headline = _summary_json(summaries[0], tree_priced)
     return {
         "channel": name,
         "messages": len(posts),
@@ -376,11 +388,11 @@ def plan_json(
             "model_tasks": tree.model_tasks,
             "requests": tree.requests,
             "free_lines": tree.free_lines,
-            "usd": round(tree.usd, 4),
+            "usd": round(tree.usd, 4) if tree_priced else None,
             "tasks_per_message": round(tree.model_tasks / max(len(posts), 1), 4),
             "seed_figure": SEED_FIGURE,
         },
-        "variants": [_summary_json(summary) for summary in summaries],
+        "variants": [_summary_json(summary, tree_priced) for summary in summaries],
     }
 
 
