@@ -445,6 +445,15 @@ def test_malformed_json_is_refused_with_where_it_broke(
     assert not data_dir.exists()
 
 
+def test_deeply_nested_json_is_refused_plainly(tmp_path: Path, data_dir: Path) -> None:
+    value = export([message(0)])
+    text = json.dumps(value).replace('"content": ', '"embeds": ' + "[" * 200_000 + "]" * 200_000
+                                     + ', "content": ', 1)
+    with pytest.raises(UserError, match="nests arrays or objects too deeply"):
+        import_file(data_dir, write(tmp_path / "deep.json", text.encode()))
+    assert not data_dir.exists()
+
+
 def test_parse_export_raises_export_error_for_a_lone_surrogate_in_the_channel_name() -> None:
     value = export([message(0)], channel="bad \ud83d name")
     with pytest.raises(ExportError, match=r"the export's `channel.name` holds a lone UTF-16"):

@@ -123,6 +123,11 @@ def parse_export(data: bytes) -> ChannelExport:
         raise ExportError(_explain_invalid(data, str(error))) from None
     except msgspec.DecodeError as error:
         raise ExportError(_explain_malformed(data, str(error))) from None
+    except RecursionError:
+        raise ExportError(
+            "the export nests arrays or objects too deeply to read (thousands of levels); "
+            "no DiscordChatExporter export does, so the file is damaged or not an export"
+        ) from None
 
 
 def utc_ms(moment: datetime) -> int:
