@@ -93,10 +93,23 @@ def load_live_settings(path: Path | None) -> LiveSettings:
 
 
 def open_store(data: Path, *, must_exist: bool = True) -> EventStore:
-    """The store of a data directory; with `must_exist`, a missing one is a UserError."""
+    """The store of a data directory; with `must_exist`, a missing one is a UserError, and
+    one that cannot be opened (a file in its place, no permission) always is."""
+    if data.exists() and not data.is_dir():
+        raise UserError(f"{data} is a file, not a data directory (set --data or EVA_DATA)")
     if must_exist and not (data / "data.mdb").exists():
         raise UserError(f"no Eva data directory at {data} (set --data or EVA_DATA)")
-    return EventStore(open_backend(data))
+    try:
+        return EventStore(open_backend(data))
+    except PermissionError as error:
+        raise UserError(
+            f"cannot open the data directory {data}: no permission "
+            f"({error.filename or data})"
+        ) from None
+    except OSError as error:
+        raise UserError(
+            f"cannot open the data directory {data}: {error.strerror or error}"
+        ) from None
 
 
 def find_stream(store: EventStore, text: str) -> StreamId:

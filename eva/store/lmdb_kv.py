@@ -185,15 +185,18 @@ class LmdbBackend:
 
     def _open(self, map_bytes: int) -> None:
         path = self.path
-        self.env = lmdb.open(
-            str(path),
-            map_size=max(map_bytes, _file_bytes(path)),
-            max_dbs=len(ALL_TABLES) + 4,
-            sync=True,
-            metasync=True,
-            readahead=False,
-            max_readers=512,
-        )
+        try:
+            self.env = lmdb.open(
+                str(path),
+                map_size=max(map_bytes, _file_bytes(path)),
+                max_dbs=len(ALL_TABLES) + 4,
+                sync=True,
+                metasync=True,
+                readahead=False,
+                max_readers=512,
+            )
+        except lmdb.Error as error:  # LMDB says what the file system said, without a type
+            raise OSError(f"LMDB cannot open it: {error}") from error
         self.stale_readers_cleared: int = self.env.reader_check()
         self.dbs: dict[Table, Any] = {
             table: self.env.open_db(table.encode()) for table in ALL_TABLES

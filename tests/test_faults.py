@@ -1,0 +1,84 @@
+"""Faults of the machine under the command line: each ends in one clear line, never a traceback."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from eva.cli.main import main
+from eva.demo.friends import friends_export
+from eva.store.lmdb_kv import open_backend
+
+
+@pytest.fixture
+def export(tmp_path: Path) -> Path:
+    path = tmp_path / "friends.json"
+    path.write_bytes(friends_export(200))
+    return path
+
+
+@pytest.mark.parametrize("command", [["import", "{export}"], ["status"], ["memory", "friends"],
+                                     ["build"], ["plan", "--data", "{data}"]])
+def test_a_file_where_the_data_directory_should_be(
+    command: list[str], export: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = tmp_path / "data"
+    data.write_text("not a directory")
+    args = [a.format(export=export, data=data) for a in command]
+    if "--data" not in args:
+        args += ["--data", str(data)]
+    capsys.readouterr()
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert "is a file, not a data directory" in err and "Traceback" not in err
+    assert data.read_text() == "not a directory"
+
+
+def test_a_data_directory_under_a_file(
+    export: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "afile").write_text("x")
+    capsys.readouterr()
+    assert main(["import", str(export), "--data", str(tmp_path / "afile" / "data")]) == 1
+    err = capsys.readouterr().err
+    assert "cannot open the data directory" in err and "Traceback" not in err
+
+
+@pytest.fixture
+def read_only(tmp_path: Path) -> Iterator[Path]:
+    """A small file system mounted read-only (needs root and tmpfs; skipped elsewhere)."""
+    mount = tmp_path / "ro"
+    mount.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a read-only file system needs root")
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mount)],
+                          capture_output=True, check=False)
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.decode().strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], capture_output=True, check=False)
+
+
+def test_a_read_only_file_system(
+    read_only: Path, export: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = read_only / "data"
+    assert main(["import", str(export), "--data", str(data)]) == 0
+    open_backend(data).close()  # the process keeps its environment open; let go of it
+    remounted = subprocess.run(["mount", "-o", "remount,ro", str(read_only)],
+                               capture_output=True, check=False)
+    if remounted.returncode != 0:
+        pytest.skip("cannot remount read-only here")
+    capsys.readouterr()
+    for args in (["import", str(export)], ["status"], ["build"]):
+        assert main([*args, "--data", str(data)]) == 1
+        err = capsys.readouterr().err
+        assert "Read-only file system" in err and "Traceback" not in err, args
+    assert main(["import", str(export), "--data", str(read_only / "new")]) == 1
+    assert "Read-only file system" in capsys.readouterr().err
