@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from collections.abc import Iterator
@@ -82,3 +83,38 @@ def test_a_read_only_file_system(
         assert "Read-only file system" in err and "Traceback" not in err, args
     assert main(["import", str(export), "--data", str(read_only / "new")]) == 1
     assert "Read-only file system" in capsys.readouterr().err
+
+
+def _tmpfs(tmp_path: Path, size: str) -> Path:
+    mount = tmp_path / f"fs-{size}"
+    mount.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small file system needs root")
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)],
+                          capture_output=True, check=False)
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.decode().strip()}")
+    return mount
+
+
+def test_a_full_disk_refuses_the_write_and_keeps_what_was_there(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    mount = _tmpfs(tmp_path, "640k")
+    try:
+        data = mount / "data"
+        small, big = tmp_path / "small.json", tmp_path / "big.json"
+        small.write_bytes(friends_export(60))
+        big.write_bytes(friends_export(3000))
+        assert main(["import", str(small), "--data", str(data)]) == 0
+        capsys.readouterr()
+        assert main(["import", str(big), "--data", str(data)]) == 1
+        err = capsys.readouterr().err
+        assert "could not be written" in err and "disk full" in err and "Traceback" not in err
+        assert main(["status", "--data", str(data), "--json"]) == 0
+        [channel] = json.loads(capsys.readouterr().out)["channels"]
+        assert channel["messages"] == 60  # the refused import left nothing of itself
+        assert main(["replay", "--data", str(data)]) == 0
+    finally:
+        open_backend(mount / "data").close()
+        subprocess.run(["umount", "-l", str(mount)], capture_output=True, check=False)

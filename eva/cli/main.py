@@ -59,6 +59,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # the reader of our output went away (`| head`)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as error:  # the machine refused: a full disk, a file gone, no permission
+        where = f" ({error.filename})" if error.filename else ""
+        print(f"eva {args.command}: {error.strerror or error}{where}", file=sys.stderr)
+        return 1
     return status
 
 

@@ -232,6 +232,12 @@ class LmdbBackend:
                     self._resize_map(self.map_bytes() * 2)
                     self.map_grown += 1
                     continue
+                except lmdb.Error as error:  # the file system refused: a full disk, an I/O error
+                    txn.abort()
+                    raise OSError(
+                        f"the data directory {self.path} could not be written ({error}); "
+                        "nothing of this write was kept: is its disk full?"
+                    ) from error
                 except BaseException:
                     txn.abort()
                     raise
