@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
+from eva.cli.cmd_forget import finish_left_forgets
 from eva.cli.common import (
     UserError,
     add_data_option,
@@ -103,6 +104,7 @@ def report_json(stream: StreamId, report: BuildReport, seconds: float) -> dict[s
 def run(args: argparse.Namespace) -> int:
     settings = load_settings(args.settings)
     store = open_store(args.data)
+    finish_left_forgets(store, args.data, settings)
     if args.channel:
         streams = [find_stream(store, args.channel)]
     else:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -112,6 +113,26 @@ def run_forget(args: argparse.Namespace) -> int:
     for report in reports:
         print(_describe(report, args.user))
     return 0
+
+
+def finish_left_forgets(store: EventStore, data: Path, settings: MemorySettings) -> int:
+    """Finish every forget a crash left pending, before a command writes anything else;
+    says so on standard error. Returns how many people's forgets it finished."""
+    pending = pending_forgets(store)
+    if not pending:
+        return 0
+    channels = sum(len(streams) for streams in pending.values())
+    print(
+        f"eva: finishing {len(pending)} forget(s) left pending in {channels} channel(s) first",
+        file=sys.stderr,
+        flush=True,
+    )
+    try:
+        for person, streams in pending.items():
+            _run(store, data, person, streams, "self", settings)
+    except ErasureFailed as failure:
+        raise UserError(f"ERASURE FAILED: {failure}") from None
+    return len(pending)
 
 
 def _run(

@@ -19,11 +19,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, overload
 
+from eva.cli.cmd_forget import finish_left_forgets
 from eva.cli.common import (
     Progress,
     UserError,
     add_data_option,
     add_json_option,
+    add_settings_option,
+    load_settings,
     open_store,
     print_json,
 )
@@ -74,17 +77,21 @@ def register(subparsers: Any) -> None:
         description=(
             "Store the messages of a DiscordChatExporter JSON export in the channel's "
             "event log. Messages already stored are skipped, changed ones recorded as "
-            "edits; the whole import is one transaction."
+            "edits; the whole import is one transaction. A forget a crash left pending is "
+            "finished first (--settings: the memory settings its lines are made again with)."
         ),
     )
     parser.add_argument("export", type=Path, metavar="EXPORT", help="the export file")
     add_data_option(parser)
+    add_settings_option(parser)
     add_json_option(parser)
     parser.add_argument("--quiet", action="store_true", help="no progress bar or summary")
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if (args.data / "data.mdb").exists():
+        finish_left_forgets(open_store(args.data), args.data, load_settings(args.settings))
     report = import_file(args.data, args.export, quiet=args.quiet)
     if args.json:
         print_json(report.to_json(), sys.stdout)  # looked up now: capture may swap it

@@ -45,6 +45,8 @@ class ChannelStatus:
     pending_tasks: int
     last_publish_ms: int | None
     last_publish_reason: str | None
+    forgets_pending: int = 0
+    """Forgets recorded here and not finished yet (a crash cut them short)."""
 
     def to_json(self) -> dict[str, Any]:
         value = asdict(self)
@@ -98,6 +100,7 @@ def channel_status(store: EventStore, meta: StreamMeta, settings: MemorySettings
         pending_tasks=pending_tasks(meta, settings),
         last_publish_ms=published.at_ms if published else None,
         last_publish_reason=published.reason if published else None,
+        forgets_pending=len(meta.forgetting),
     )
 
 
@@ -286,6 +289,14 @@ def run(args: argparse.Namespace) -> int:
         print_json({**status_json(channels), "guilds": [s.to_json() for s in spends]})
     else:
         print(status_table(channels))
+        pending = [c for c in channels if c.forgets_pending]
+        if pending:
+            print(
+                f"forget in progress in {len(pending)} channel(s) "
+                f"({', '.join(c.channel for c in pending[:5])}"
+                f"{', ...' if len(pending) > 5 else ''}): the next command that writes to this "
+                "directory finishes it (eva forget --resume, import, build, serve-local, run)"
+            )
         if spends:
             print(spend_table(spends))
     return 0
