@@ -28,7 +28,13 @@ from eva.core.forget import person_hash
 from eva.core.keys import StreamId
 from eva.core.settings import MemorySettings
 from eva.core.summarize import OfflineSummarizer
-from eva.memory.forget import ErasureFailed, ForgetReport, forget, pending_forgets
+from eva.memory.forget import (
+    ErasureFailed,
+    ForgetReport,
+    forget,
+    pending_forgets,
+    request_everywhere,
+)
 from eva.store.erasure import scan_files
 from eva.store.event_store import Appended, EventStore
 
@@ -89,17 +95,33 @@ def run_forget(args: argparse.Namespace) -> int:
     settings = load_settings(args.settings)
     store = open_store(args.data)
     reports: list[ForgetReport] = []
+    streams: list[StreamId] = []
+    if args.user is not None:
+        streams = [
+            StreamId(m.guild_id, m.channel_id)
+            for m in store.streams()
+            if args.guild is None or m.guild_id == args.guild
+        ]
+        if args.guild is not None and not streams:
+            raise UserError(f"no channel of guild {args.guild} in this data directory")
+        # The promise first, before any other work: a tombstone in every channel that
+        # holds their words, durable once this returns; the erasure then finishes by itself.
+        recorded = request_everywhere(
+            store, person_hash(args.user), streams, args.by, int(time.time() * 1000)
+        )
+        if recorded:
+            print(
+                f"forget recorded in {recorded} channel(s); erasing now (if this is cut "
+                "short, the next command that writes to the data directory finishes it)",
+                file=sys.stderr if args.json else sys.stdout,
+                flush=True,
+            )
     try:
-        for person, streams in pending_forgets(store).items():
-            reports.append(_run(store, args.data, person, streams, "self", settings))
+        for person, pending in pending_forgets(store).items():
+            if args.user is not None and person == person_hash(args.user):
+                continue  # finished below, with the channels asked for
+            reports.append(_run(store, args.data, person, pending, "self", settings))
         if args.user is not None:
-            streams = [
-                StreamId(m.guild_id, m.channel_id)
-                for m in store.streams()
-                if args.guild is None or m.guild_id == args.guild
-            ]
-            if args.guild is not None and not streams:
-                raise UserError(f"no channel of guild {args.guild} in this data directory")
             reports.append(
                 _run(store, args.data, person_hash(args.user), streams, args.by, settings)
             )

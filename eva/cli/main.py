@@ -11,25 +11,32 @@ from collections.abc import Sequence
 
 from eva.cli.common import UserError
 
-COMMAND_MODULES: tuple[str, ...] = (
-    "eva.cli.cmd_import",
-    "eva.cli.cmd_replay",
-    "eva.cli.cmd_audit",
-    "eva.cli.cmd_tree",
-    "eva.cli.cmd_build",
-    "eva.cli.cmd_memory",
-    "eva.cli.cmd_demo",
-    "eva.cli.cmd_forget",
-    "eva.cli.cmd_serve",
-    "eva.cli.cmd_status",
-    "eva.cli.cmd_cost",
-    "eva.cli.cmd_plan",
-    "eva.cli.cmd_calibrate",
-    "eva.cli.cmd_run",
-)
+COMMANDS: dict[str, str] = {
+    "import": "eva.cli.cmd_import",
+    "replay": "eva.cli.cmd_replay",
+    "audit": "eva.cli.cmd_audit",
+    "tree": "eva.cli.cmd_tree",
+    "build": "eva.cli.cmd_build",
+    "memory": "eva.cli.cmd_memory",
+    "zoom": "eva.cli.cmd_memory",
+    "recall": "eva.cli.cmd_memory",
+    "demo": "eva.cli.cmd_demo",
+    "forget": "eva.cli.cmd_forget",
+    "verify-erased": "eva.cli.cmd_forget",
+    "serve-local": "eva.cli.cmd_serve",
+    "status": "eva.cli.cmd_status",
+    "cost": "eva.cli.cmd_cost",
+    "plan": "eva.cli.cmd_plan",
+    "calibrate": "eva.cli.cmd_calibrate",
+    "run": "eva.cli.cmd_run",
+}
+"""Each command and the module that registers it. Only the module of the command given is
+imported: some pull in the model SDK, which takes seconds to load, and a forget's promise or
+a status should not wait for that."""
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser of `command` alone when it is known, else of every command (for help)."""
     import importlib
 
     parser = argparse.ArgumentParser(
@@ -37,14 +44,17 @@ def build_parser() -> argparse.ArgumentParser:
         description="Eva's memory of Discord channels: import, inspect, replay and audit it.",
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMAND_MODULES:
+    names = [COMMANDS[command]] if command in COMMANDS else list(dict.fromkeys(COMMANDS.values()))
+    for name in names:
         importlib.import_module(name).register(subparsers)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    given = list(sys.argv[1:] if argv is None else argv)
+    command = next((word for word in given if not word.startswith("-")), None)
+    parser = build_parser(command)
+    args = parser.parse_args(given)
     if not getattr(args, "run", None):
         parser.print_help()
         return 2

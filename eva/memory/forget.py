@@ -259,8 +259,9 @@ async def forget(
 
 def request_everywhere(
     store: EventStore, person: str, streams: Sequence[StreamId], by: ForgetBy, now_ms: int
-) -> None:
-    """Append the tombstone in every channel holding the person's words, in one commit.
+) -> int:
+    """Append the tombstone in every channel holding the person's words, in one commit;
+    how many channels got one (none already pending there).
 
     Before anything is erased, so that a crash at any later step leaves the
     forget pending in every channel it must reach, not only in those it had
@@ -278,6 +279,7 @@ def request_everywhere(
     for result in store.append_many(batches) if batches else []:
         if isinstance(result, Rejected):
             raise result
+    return len(batches)
 
 
 def pending_forgets(store: EventStore) -> dict[str, list[StreamId]]:
