@@ -16,13 +16,16 @@ from eva.store.event_store import EventStore
 from eva.store.lmdb_kv import open_backend
 
 
-def pending_forget(tmp_path: Path) -> tuple[Path, Path, list[str]]:
+def pending_forget(tmp_path: Path, built: bool = False) -> tuple[Path, Path, list[str]]:
     """A data directory holding a tombstone of the chat's first author, nothing erased yet;
     the export, and a few long texts of theirs."""
     export = tmp_path / "friends.json"
     export.write_bytes(friends_export(400))
     data = tmp_path / "data"
     assert main(["import", str(export), "--data", str(data), "--quiet"]) == 0
+    if built:
+        assert main(["build", "--data", str(data)]) == 0
+        open_backend(data).close()
     backend = open_backend(data)
     try:
         store = EventStore(backend)
@@ -35,12 +38,24 @@ def pending_forget(tmp_path: Path) -> tuple[Path, Path, list[str]]:
             p.content for p in posts
             if p.author_id == author and len(p.content) > 40 and p.content not in others
         })
-        store.append(stream, [ForgetRequested(at_ms=posts[-1].at_ms + 1,
-                                              person_hash=person_hash(author))])
     finally:
         backend.close()
     assert texts, "the author wrote nothing long enough to look for"
+    if built:  # before the tombstone, the memory and recall show their words
+        assert main(["recall", "friends", *search_words(texts[0]), "--data", str(data),
+                     "--json"]) == 0
+        open_backend(data).close()
+    backend = open_backend(data)
+    try:
+        EventStore(backend).append(stream, [ForgetRequested(
+            at_ms=posts[-1].at_ms + 1, person_hash=person_hash(author))])
+    finally:
+        backend.close()
     return data, export, texts[:5]
+
+
+def search_words(text: str) -> list[str]:
+    return [word for word in text.split() if len(word) > 5][:3]
 
 
 def found_in_files(data: Path, texts: list[str]) -> int:
@@ -70,3 +85,29 @@ def test_status_shows_it_and_the_next_writing_command_finishes_it(
     [channel] = json.loads(capsys.readouterr().out)["channels"]
     assert channel["forgets_pending"] == 0
     open_backend(data).close()
+
+
+def test_while_it_is_pending_no_read_command_shows_their_words(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data, _, texts = pending_forget(tmp_path, built=True)
+    assert texts[0] in capsys.readouterr().out  # recall found it before the forget
+    assert main(["memory", "friends", "--data", str(data)]) == 0
+    shown = capsys.readouterr().out
+    assert "being made again: it holds words of a person being forgotten" in shown
+    for text in texts:
+        assert text not in shown
+        assert main(["recall", "friends", *search_words(text), "--data", str(data),
+                     "--json"]) == 0
+        assert text not in capsys.readouterr().out
+    backend = open_backend(data)
+    try:
+        store = EventStore(backend)
+        [meta] = store.streams()
+        stream = StreamId(meta.guild_id, meta.channel_id)
+        theirs = next(e.index for _, e in store.events(stream)
+                      if isinstance(e, MessagePosted) and e.content == texts[0])
+    finally:
+        backend.close()
+    assert main(["zoom", "friends", f"{theirs}+1", "--data", str(data)]) == 0
+    assert "this message is being erased" in capsys.readouterr().out

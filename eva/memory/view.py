@@ -12,6 +12,7 @@ import msgspec
 
 from eva.core.address import Address, format_address, halves, parse_address
 from eva.core.block import ShownMessage, message_line, tail_lines
+from eva.core.forget import person_messages
 from eva.core.keys import StreamId
 from eva.core.projection import indexed_text, indexed_upto
 from eva.core.prompt import memory_prompt
@@ -20,6 +21,7 @@ from eva.core.recall_search import search
 from eva.core.render import cut_to_bytes, render_line
 from eva.core.settings import MemorySettings
 from eva.core.state import StreamMeta
+from eva.core.tables import Tables
 from eva.memory.publish import LineSizes
 from eva.store.event_store import (
     EventStore,
@@ -30,6 +32,35 @@ from eva.store.event_store import (
 )
 
 ZOOM_PAGE_BYTES = 4000
+WITHHELD_LINE = "(being made again: it holds words of a person being forgotten)"
+WITHHELD_MESSAGE = "(this message is being erased: its author asked to be forgotten)"
+
+
+def withheld(tables: Tables, stream: StreamId, meta: StreamMeta | None) -> frozenset[int]:
+    """The messages whose author's forget is recorded and not finished: while it runs (or
+    after a crash cut it short), nothing shows them or a line made from them."""
+    if meta is None or not meta.forgetting:
+        return frozenset()
+    return frozenset(
+        index for person in meta.forgetting for index in person_messages(tables, stream, person)
+    )
+
+
+def covers_withheld(address: Address, hidden: frozenset[int]) -> bool:
+    """Whether the line at `address` covers a withheld message."""
+    return any(address.start <= index < address.start + address.size for index in hidden)
+
+
+def withhold_lines(lines: list[str], hidden: frozenset[int]) -> list[str]:
+    """Rendered row lines, each that covers a withheld message shown by its address only."""
+    if not hidden:
+        return lines
+    out = []
+    for line in lines:
+        address = parse_address(line.split(" ", 1)[0])
+        out.append(f"{format_address(address)} {WITHHELD_LINE}"
+                   if covers_withheld(address, hidden) else line)
+    return out
 
 
 def channel_zone(meta: StreamMeta | None, settings: MemorySettings) -> tzinfo:
@@ -106,16 +137,20 @@ def tail_messages(store: EventStore, stream: StreamId) -> list[ShownMessage]:
     if meta is None:
         return []
     with store.backend.reading() as tables:
+        hidden = withheld(tables, stream, meta)
         found = read_messages(tables, stream, meta.row_frontier, meta.messages)
-        return [shown(index, message) for index, message in found]
+        return [shown(index, message) for index, message in found if index not in hidden]
 
 
 def memory_text(
     store: EventStore, stream: StreamId, settings: MemorySettings, cache: RowText | None = None
 ) -> str:
     """The memory block exactly as Eva's prompt uses it."""
-    tz = channel_zone(store.meta(stream), settings)
+    meta = store.meta(stream)
+    tz = channel_zone(meta, settings)
     lines = row_lines(store, stream, tz, cache if cache is not None else RowText())
+    with store.backend.reading() as tables:
+        lines = withhold_lines(lines, withheld(tables, stream, meta))
     tail = tail_lines(tail_messages(store, stream), tz)
     return memory_prompt(lines, tail, settings.prompt_tail_max_bytes).block
 
@@ -157,7 +192,11 @@ def zoom(
             f"this channel has messages 0..{count - 1}"
         )
     tz = channel_zone(meta, settings)
+    with store.backend.reading() as tables:
+        hidden = withheld(tables, stream, meta)
     if address.size == 1:
+        if address.start in hidden:
+            return Zoomed(text=f"[{address.start}] {WITHHELD_MESSAGE}")
         return _zoom_message(store, stream, address.start, tz, page)
     with store.backend.reading() as tables:
         if read_line(tables, stream, *address) is None:
@@ -170,6 +209,8 @@ def zoom(
             line = read_line(tables, stream, *half)
             assert line is not None
             rendered = render_line(half, line.text, line.first_ms, line.last_ms, tz)
+            if covers_withheld(half, hidden):
+                rendered = f"{format_address(half)} {WITHHELD_LINE}"
             lines.append(ZoomLine(format_address(half), rendered))
     return Zoomed(text="\n".join(line.text for line in lines), lines=lines)
 
@@ -203,17 +244,19 @@ def recall(
     meta = store.meta(stream)
     tz = channel_zone(meta, settings)
     with store.backend.reading() as tables:
+        hidden = withheld(tables, stream, meta)
         messages = meta.messages if meta is not None else 0
         open_chunk = read_messages(tables, stream, indexed_upto(stream, messages), messages)
         unindexed = [
             (index, indexed_text(message.content, message.attachments))
             for index, message in open_chunk
+            if index not in hidden
         ]
         result = search(tables, stream, query, RECALL_HITS, unindexed)
 
         def message_at(index: int) -> ShownMessage | None:
             message = read_message(tables, stream, index)
-            return None if message is None else shown(index, message)
+            return None if message is None or index in hidden else shown(index, message)
 
         return recall_view(query, result, message_at, cap_bytes=cap_bytes, tz=tz)
 
