@@ -101,6 +101,7 @@ def end_state(data: Path) -> dict[str, Any]:
             counts = msgspec.structs.asdict(meta)
             for moving in ("position", "row_seq", "lines"):
                 del counts[moving]
+            counts["forgotten"] = sorted(counts["forgotten"])  # who, not when it was written
             messages = []
             for index in range(meta.messages):
                 message = store.message(stream, index)

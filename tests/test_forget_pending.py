@@ -111,3 +111,40 @@ def test_while_it_is_pending_no_read_command_shows_their_words(
         backend.close()
     assert main(["zoom", "friends", f"{theirs}+1", "--data", str(data)]) == 0
     assert "this message is being erased" in capsys.readouterr().out
+
+
+def test_forgotten_people_do_not_come_back_through_another_export(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    export = tmp_path / "friends.json"
+    export.write_bytes(friends_export(300))
+    data = tmp_path / "data"
+    assert main(["import", str(export), "--data", str(data), "--quiet"]) == 0
+    value = json.loads(export.read_text())
+    author = value["messages"][0]["author"]["id"]
+    theirs = [m for m in value["messages"] if m["author"]["id"] == author]
+    assert main(["forget", "--user", author, "--data", str(data)]) == 0
+    open_backend(data).close()
+    capsys.readouterr()
+
+    # The same export again: their ids are known, nothing of theirs is stored again.
+    assert main(["import", str(export), "--data", str(data), "--json"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert (again["added"], again["skipped_forgotten"]) == (0, 0)
+    # Their messages under other ids (a restored backup, another exporter): skipped.
+    for message in theirs:
+        message["id"] = str(int(message["id"]) + 7)
+    # ...and one they write after the forget: theirs again.
+    later = dict(theirs[-1], id="9" * 18, timestamp="2030-01-01T00:00:00+00:00",
+                 content="back again, hello everyone")
+    value["messages"] = [*theirs, later]
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps(value))
+    assert main(["import", str(other), "--data", str(data), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["skipped_forgotten"] == len(theirs)
+    assert result["added"] == 1
+    assert main(["import", str(other), "--data", str(data)]) == 0
+    out = capsys.readouterr().out  # every time: their old messages stay out, the new one known
+    assert f"forgotten, skipped  {len(theirs)}" in out and "messages added      0" in out
+    open_backend(data).close()

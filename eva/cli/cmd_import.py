@@ -32,6 +32,7 @@ from eva.cli.common import (
 )
 from eva.core.dce import ExportError, KnownMessage, export_events, parse_export
 from eva.core.events import AnyEvent, MessageEdited, MessagePosted
+from eva.core.forget import Forgotten
 from eva.core.keys import StreamId
 from eva.core.projection import Rejected
 from eva.store.event_store import EventStore
@@ -54,6 +55,8 @@ class ImportReport:
     added: int
     edited: int
     already_present: int
+    skipped_forgotten: int
+    """Messages of people who asked to be forgotten, from before they asked: never stored."""
     repeated_in_export: int
     messages: int
     first_ms: int | None
@@ -126,7 +129,18 @@ def import_bytes(
         del raw
         stream = export.stream
         store = open_store(data, must_exist=False)
-        events = export_events(export, store.meta(stream), _known_in(store, stream))
+        stored_meta = store.meta(stream)
+        forgotten = Forgotten(stored_meta.forgotten if stored_meta is not None else {})
+        skipped = 0
+
+        def skip(author_id: int, at_ms: int) -> bool:
+            nonlocal skipped
+            if forgotten(author_id, at_ms):
+                skipped += 1
+                return True
+            return False
+
+        events = export_events(export, stored_meta, _known_in(store, stream), skip)
         if events:
             _append(store, stream, events, export_path, quiet)
     meta = store.meta(stream)
@@ -143,7 +157,8 @@ def import_bytes(
         channel_name=meta.channel_name,
         added=added,
         edited=edited,
-        already_present=distinct - added - edited,
+        already_present=distinct - added - edited - skipped,
+        skipped_forgotten=skipped,
         repeated_in_export=len(export.messages) - distinct,
         messages=meta.messages,
         first_ms=meta.first_ms if meta.messages else None,
@@ -213,6 +228,9 @@ def describe(report: ImportReport) -> str:
     ]
     if report.repeated_in_export:
         rows.insert(5, ("repeated ids skipped", f"{report.repeated_in_export:,}"))
+    if report.skipped_forgotten:
+        rows.insert(5, ("forgotten, skipped", f"{report.skipped_forgotten:,} (people who "
+                        "asked to be forgotten, from before they asked)"))
     width = max(len(name) for name, _ in rows)
     lines = [f"imported {report.file} in {report.seconds:.2f} s"]
     lines += [f"  {name:<{width}}  {value}" for name, value in rows]

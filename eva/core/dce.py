@@ -144,6 +144,7 @@ def export_events(
     export: ChannelExport,
     meta: StreamMeta | None,
     known: Callable[[int], KnownMessage | None],
+    skip: Callable[[int, int], bool] | None = None,
 ) -> list[AnyEvent]:
     """The events that bring the stream up to date with the export.
 
@@ -153,7 +154,9 @@ def export_events(
     first when the names differ from the stored ones, then, in export order, a
     `MessagePosted` for each new message (indexes continue from the stored
     count) and a `MessageEdited` for each stored message whose text or
-    attachments changed. Deleted messages stay deleted.
+    attachments changed. Deleted messages stay deleted. A new message for which
+    `skip(author_id, at_ms)` is true (a forgotten person's, eva.core.forget.Forgotten)
+    is left out.
     """
     events: list[AnyEvent] = []
     described = _described(export, meta)
@@ -169,6 +172,8 @@ def export_events(
         seen.add(message_id)
         stored = None if lookup is None else lookup(message_id)
         if stored is None:
+            if skip is not None and skip(int(message.author.id), utc_ms(message.timestamp)):
+                continue
             events.append(_posted(message, message_id, next_index))
             next_index += 1
             continue

@@ -32,6 +32,27 @@ def person_hash(person_id: int) -> str:
     return hashlib.sha256(_PEPPER + str(person_id).encode()).hexdigest()[:24]
 
 
+class Forgotten:
+    """Whether a message belongs to what a person asked to be forgotten: written by them at
+    or before their latest forget request in the channel (StreamMeta.forgotten).
+
+    A person who forgot themselves comes back only through what they write after it.
+    """
+
+    def __init__(self, forgotten: dict[str, int]) -> None:
+        self.forgotten = forgotten
+        self._hashes: dict[int, str] = {}
+
+    def __call__(self, author_id: int, at_ms: int) -> bool:
+        if not self.forgotten:
+            return False
+        person = self._hashes.get(author_id)
+        if person is None:
+            person = self._hashes[author_id] = person_hash(author_id)
+        until = self.forgotten.get(person)
+        return until is not None and at_ms <= until
+
+
 def person_messages(tables: Tables, stream: StreamId, person: str) -> tuple[int, ...]:
     """The indexes of the not yet erased messages of the person whose hash is `person`."""
     meta = read_meta(tables, stream)

@@ -163,6 +163,9 @@ class Projector:
             case ForgetRequested():
                 if event.person_hash not in meta.forgetting:
                     meta.forgetting.append(event.person_hash)
+                meta.forgotten[event.person_hash] = max(
+                    event.at_ms, meta.forgotten.get(event.person_hash, event.at_ms)
+                )
             case ForgetApplied():
                 if event.person_hash in meta.forgetting:
                     meta.forgetting.remove(event.person_hash)

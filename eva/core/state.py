@@ -45,6 +45,10 @@ class StreamMeta(msgspec.Struct, array_like=True, gc=False):
     replies: int = 0  # replies Eva wrote in this channel in `reply_month`
     # Slots of the messages past the last whole block (eva.core.slots), oldest first.
     open_slots: list[MessageSlot] = msgspec.field(default_factory=list)
+    # Person hash -> the time of their latest forget request: what they wrote until then
+    # never comes back (an import, a restored export, a backfill); what they write after
+    # it is theirs again.
+    forgotten: dict[str, int] = msgspec.field(default_factory=dict)
 
 
 class LineSlot(msgspec.Struct, array_like=True, gc=False):

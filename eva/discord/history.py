@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import hikari
 
+from eva.core.forget import Forgotten
 from eva.core.keys import StreamId
 from eva.discord.bridge import aio
 from eva.discord.mapping import display_name
@@ -52,6 +53,9 @@ class History:
         fetched = 0
         questions: list[Post] = []
         replied: set[int] = set()  # the messages Eva's own replies in this history answer
+        meta = eva.store.meta(stream)
+        forgotten = Forgotten(meta.forgotten if meta is not None else {})
+        skipped = 0
         while fetched < BACKFILL_MOST:
             page = await aio(partial(self._page_after, stream.channel_id, cursor))
             for message in page:
@@ -60,6 +64,9 @@ class History:
                 author = message.author
                 name = display_name(None, author.global_name, author.username)
                 post = post_from(message, eva.eva_id, eva.eva_name, name)
+                if forgotten(post.author_id, post.at_ms):  # they asked to be forgotten since
+                    skipped += 1
+                    continue
                 if int(author.id) == eva.eva_id and post.reply_to is not None:
                     replied.add(post.reply_to)
                 asks = asks_eva(eva.eva_id, message) and eva.claim(stream, post)
@@ -74,6 +81,8 @@ class History:
         self._answer_missed(stream, questions, replied)
         if stored:
             log.info("backfill of %s stored %d missed messages", stream, stored)
+        if skipped:
+            log.info("backfill of %s skipped %d messages of forgotten people", stream, skipped)
         return stored
 
     def _last_message_id(self, stream: StreamId) -> int | None:
