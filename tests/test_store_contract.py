@@ -25,6 +25,8 @@ from eva.core.address import Address
 from eva.core.events import (
     AnyEvent,
     ChannelDescribed,
+    ForgetApplied,
+    ForgetRequested,
     LineWritten,
     MessageDeleted,
     MessageEdited,
@@ -746,6 +748,37 @@ class TestLmdbStore(StoreContract):
         once_more = EventStore(lmdb_kv.open_backend(path))
         assert once_more.meta(A) == record
         once_more.backend.close()
+
+    def test_records_written_before_they_kept_forgotten_people_learn_them_once_at_open(
+        self, tmp_path: Path
+    ) -> None:
+        # A data directory whose records predate StreamMeta.forgotten: opening it reads the
+        # tombstones off each log into its record, as a replay would, once.
+        path = tmp_path / "older"
+        backend = lmdb_kv.open_backend(path)
+        store = EventStore(backend)
+        store.append(A, [posted(i) for i in range(3)])
+        store.append(A, [ForgetRequested(at_ms=50, person_hash="p1"),
+                         ForgetApplied(at_ms=51, person_hash="p1"),
+                         ForgetRequested(at_ms=70, person_hash="p2")])
+        store.append(B, [posted(0)])
+        written = {s: store.meta(s) for s in (A, B)}
+        assert written[A] is not None and written[A].forgotten == {"p1": 50, "p2": 70}
+
+        def as_written_before(tables: Tables) -> None:
+            for key, data in list(tables.scan("streams", b"", b"\xff" * 17)):
+                meta = decode_meta(data)
+                meta.forgotten = {}
+                tables.put("streams", key, encode_record(meta))
+            tables.delete("layout", keys.FORGOTTEN_IN_RECORDS)
+
+        backend.write(as_written_before)
+        assert store.meta(A).forgotten == {}  # type: ignore[union-attr]
+        backend.close()
+        reopened = EventStore(lmdb_kv.open_backend(path))
+        assert {s: reopened.meta(s) for s in (A, B)} == written
+        assert_replays(reopened)
+        reopened.backend.close()
 
     def test_append_many_is_one_commit(self, store: EventStore) -> None:
         backend = store.backend

@@ -16,11 +16,24 @@ import ahocorasick
 import msgspec
 
 from eva.core import keys
-from eva.core.events import AnyEvent, LineWritten, MessageEdited, MessagePosted, decode_event
+from eva.core.events import (
+    AnyEvent,
+    ForgetRequested,
+    LineWritten,
+    MessageEdited,
+    MessagePosted,
+    decode_event,
+)
 from eva.core.keys import StreamId
 from eva.core.projection import read_meta
 from eva.core.slots import read_slot, read_slots
-from eva.core.state import MessageSlot, StreamMeta, decode_line_slot
+from eva.core.state import (
+    MessageSlot,
+    StreamMeta,
+    decode_line_slot,
+    decode_meta,
+    encode_record,
+)
 from eva.core.tables import Tables
 
 _PEPPER = b"eva-forget-v1:"
@@ -51,6 +64,28 @@ class Forgotten:
             person = self._hashes[author_id] = person_hash(author_id)
         until = self.forgotten.get(person)
         return until is not None and at_ms <= until
+
+
+def record_forgotten(tables: Tables) -> None:
+    """Give each stream's record the times its forgotten people asked, read off its log.
+
+    For a data directory written before records kept them: the same values a
+    replay of the log gives (eva.core.projection), so replay still agrees.
+    """
+    tag = b"forget.requested"
+    for key, data in list(tables.scan("streams", b"", b"\xff" * 17)):
+        meta = decode_meta(data)
+        stream = keys.stream_of(key)
+        prefix = keys.stream_prefix(stream)
+        for _, raw in tables.scan("events", prefix, keys.prefix_end(prefix)):
+            if tag not in raw:
+                continue
+            event = decode_event(raw)
+            if isinstance(event, ForgetRequested):
+                meta.forgotten[event.person_hash] = max(
+                    event.at_ms, meta.forgotten.get(event.person_hash, event.at_ms)
+                )
+        tables.put("streams", key, encode_record(meta))
 
 
 def person_messages(tables: Tables, stream: StreamId, person: str) -> tuple[int, ...]:

@@ -44,6 +44,9 @@ directory written before holds keys that start with the stream prefix."""
 MESSAGE_SLOTS_IN_BLOCKS: Final = b"message_slots"
 """The `layout` entry saying that the slots past a stream's last whole block are kept in
 its record (eva.core.slots); a data directory written before holds them in `messages`."""
+FORGOTTEN_IN_RECORDS: Final = b"forgotten"
+"""The `layout` entry saying that each stream's record holds when its forgotten people
+asked (StreamMeta.forgotten); a data directory written before holds records without it."""
 
 _U64 = struct.Struct(">Q")
 _PREFIX = struct.Struct(">QQ")

@@ -22,9 +22,11 @@ from typing import Any, TypeVar
 
 import lmdb
 
+from eva.core.forget import record_forgotten
 from eva.core.keys import (
     ALL_TABLES,
     DISCORD_IDS_BY_MESSAGE,
+    FORGOTTEN_IN_RECORDS,
     LAYOUT,
     MESSAGE_SLOTS_IN_BLOCKS,
     Table,
@@ -332,6 +334,7 @@ def _discord_ids_by_message(tables: Tables) -> None:
 LAYOUT_STEPS: tuple[tuple[bytes, Callable[[Tables], None]], ...] = (
     (DISCORD_IDS_BY_MESSAGE, _discord_ids_by_message),
     (MESSAGE_SLOTS_IN_BLOCKS, hold_open_slots),
+    (FORGOTTEN_IN_RECORDS, record_forgotten),
 )
 """How a data directory is brought to the layout used now, in order: each step under the
 `layout` entry that marks it taken."""
