@@ -5,8 +5,11 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+from pathlib import Path
 
-from eva.cli.main import COMMANDS, build_parser
+import pytest
+
+from eva.cli.main import COMMANDS, build_parser, main
 
 
 def commands_of(parser: argparse.ArgumentParser) -> set[str]:
@@ -33,3 +36,29 @@ def test_a_command_that_needs_no_model_does_not_load_the_model_sdk() -> None:
                           check=True)
     assert done.stdout.strip().splitlines()[-1] == "False False"
     assert "no Eva data directory" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("[memory]\nrow_hgh_bytes = 3\n",
+         "unknown field `row_hgh_bytes`; did you mean row_high_bytes?"),
+        ("[memroy]\nrow_high_bytes = 3\n", "no table [memroy] is read; did you mean [memory]?"),
+        ('[models]\nreply_modle = "x"\n', "did you mean reply_model?"),
+        ("[models.prices.claude-haiku-5-5]\nbytes_per_tokn = 3\n",
+         "prices of claude-haiku-5-5: Object contains unknown field `bytes_per_tokn`; "
+         "did you mean bytes_per_token?"),
+        ("[live]\nidle_secs = 3\n", "did you mean idle_seconds?"),
+    ],
+)
+def test_a_misspelled_setting_is_refused_with_the_nearest_valid_name(
+    text: str, said: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    settings = tmp_path / "eva.toml"
+    settings.write_text(text)
+    capsys.readouterr()
+    command = "serve-local" if text.startswith("[live]") else "plan"
+    assert main([command, "--data", str(tmp_path / "none"), "--settings", str(settings)]) == 1
+    assert not (tmp_path / "none").exists()
+    err = capsys.readouterr().err
+    assert said in err and "Traceback" not in err

@@ -16,6 +16,7 @@ from eva.cli.common import (
     add_data_option,
     add_json_option,
     add_settings_option,
+    field_hint,
     find_stream,
     open_store,
     print_json,
@@ -53,7 +54,9 @@ def load_model_settings(path: Path | None) -> ModelSettings:
         try:
             prices[name] = msgspec.convert({**base, **fields}, Price).check(name)
         except (msgspec.ValidationError, ValueError) as error:
-            raise UserError(f"bad settings in {path}: prices of {name}: {error}") from None
+            raise UserError(
+                f"bad settings in {path}: prices of {name}: {error}{field_hint(error, Price)}"
+            ) from None
     check_model_settings(path, settings)
     return msgspec.structs.replace(settings, prices=prices)
 

@@ -135,6 +135,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def run(args: argparse.Namespace) -> int:
     settings = load_settings(args.settings)
+    live = load_live_settings(args.settings)  # every setting checked before anything opens
     if args.speed < 0 or args.speed != args.speed or args.speed == float("inf"):
         raise UserError(f"--speed must be a number of at least 0, not {args.speed}")
     export: ChannelExport | None = None
@@ -145,11 +146,11 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(f"cannot replay {args.export}: {error}") from None
     store = open_store(args.data, must_exist=False)
     if export is None:
-        session = Session("stdin", load_live_settings(args.settings))
+        session = Session("stdin", live)
         trio.run(serve_stdin, store, settings, args.channel, sys.stdout if args.acks else None,
                  session)
     else:
-        session = Session("export", load_live_settings(args.settings))
+        session = Session("export", live)
         clock = ScaledClock(args.speed) if args.speed > 0 else None
         trio.run(serve_export, store, settings, export, clock, args.quiet, session, clock=clock)
     report(store, settings, session, args.json)

@@ -5,11 +5,14 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
+import re
 import sys
 import time
 import tomllib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
@@ -50,10 +53,46 @@ def add_settings_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+SETTINGS_TABLES = ("memory", "models", "live")
+"""The tables a settings file may hold."""
+
+
+def nearest(name: str, known: Sequence[str], match: str | None = None) -> str:
+    """`; did you mean X?` for the known name closest to a misspelled one, else nothing
+    (`match`, if given, is compared instead of `name`, e.g. without brackets)."""
+    plain = {k.strip("[]"): k for k in known}
+    close = difflib.get_close_matches(match or name, list(plain), n=1, cutoff=0.6)
+    return f"; did you mean {plain[close[0]]}?" if close else ""
+
+
+def field_hint(error: Exception, kind: type[Any]) -> str:
+    """For msgspec's `unknown field` error, the nearest field of `kind`, else nothing."""
+    unknown = UNKNOWN_FIELD.search(str(error))
+    if unknown is None:
+        return ""
+    return nearest(unknown.group(1), [field.name for field in msgspec.structs.fields(kind)])
+
+
+UNKNOWN_FIELD = re.compile(r"unknown field `([^`]+)`")
+
+
 def read_table(path: Path, table: str) -> dict[str, Any]:
-    """The `[table]` of a TOML settings file as plain data ({} when the file has none)."""
+    """The `[table]` of a TOML settings file as plain data ({} when the file has none).
+
+    A table the file holds that no part of Eva reads is refused, named with the
+    nearest valid one: a misspelled table would otherwise be ignored in silence.
+    """
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8")).get(table, {})
+        whole = tomllib.loads(path.read_text(encoding="utf-8"))
+        unknown = sorted(set(whole) - set(SETTINGS_TABLES))
+        if unknown:
+            raise UserError(
+                f"bad settings in {path}: no table [{unknown[0]}] is read"
+                f"{nearest(unknown[0], [f'[{t}]' for t in SETTINGS_TABLES], unknown[0])} "
+                "(the tables are "
+                f"{', '.join(f'[{t}]' for t in SETTINGS_TABLES)})"
+            )
+        data = whole.get(table, {})
     except FileNotFoundError:
         raise UserError(f"no settings file at {path}") from None
     except (OSError, UnicodeDecodeError) as error:
@@ -79,7 +118,7 @@ def settings_value(path: Path, data: dict[str, Any], kind: type[S]) -> S:
         check = getattr(value, "check", None)
         return check() if callable(check) else value
     except (msgspec.ValidationError, ValueError) as error:
-        raise UserError(f"bad settings in {path}: {error}") from None
+        raise UserError(f"bad settings in {path}: {error}{field_hint(error, kind)}") from None
 
 
 def load_settings(path: Path | None) -> MemorySettings:
