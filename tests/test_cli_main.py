@@ -62,3 +62,36 @@ def test_a_misspelled_setting_is_refused_with_the_nearest_valid_name(
     assert not (tmp_path / "none").exists()
     err = capsys.readouterr().err
     assert said in err and "Traceback" not in err
+
+
+def test_the_example_settings_file_is_every_default_and_loads_as_them(
+    capsys: pytest.CaptureFixture[str]
+) -> None:
+    from eva.cli.cmd_cost import load_model_settings
+    from eva.cli.cmd_settings import settings_toml
+    from eva.cli.common import load_live_settings, load_settings
+    from eva.core.settings import LiveSettings, MemorySettings, ModelSettings
+
+    example = Path(__file__).resolve().parents[1] / "eva.example.toml"
+    defaults = (MemorySettings(), ModelSettings(), LiveSettings())
+    assert example.read_text() == settings_toml(*defaults), "run eva settings > eva.example.toml"
+    assert (load_settings(example), load_model_settings(example),
+            load_live_settings(example)) == defaults
+    capsys.readouterr()
+    assert main(["settings", "--settings", str(example)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(example.read_text())
+    assert "# ANTHROPIC_API_KEY: " in out and "# DISCORD_TOKEN: " in out
+
+
+def test_eva_settings_shows_a_changed_setting_and_never_a_secret(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-very-secret-value")
+    settings = tmp_path / "eva.toml"
+    settings.write_text('[models]\nreply_model = "claude-sonnet-5-5"\n[memory]\nquiet_ms = 60000\n')
+    capsys.readouterr()
+    assert main(["settings", "--settings", str(settings)]) == 0
+    out = capsys.readouterr().out
+    assert 'reply_model = "claude-sonnet-5-5"' in out and "quiet_ms = 60000" in out
+    assert "sk-very-secret-value" not in out and "# ANTHROPIC_API_KEY: set" in out

@@ -28,6 +28,7 @@ COMMANDS: dict[str, str] = {
     "cost": "eva.cli.cmd_cost",
     "plan": "eva.cli.cmd_plan",
     "calibrate": "eva.cli.cmd_calibrate",
+    "settings": "eva.cli.cmd_settings",
     "run": "eva.cli.cmd_run",
 }
 """Each command and the module that registers it. Only the module of the command given is
