@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -95,3 +96,26 @@ def test_eva_settings_shows_a_changed_setting_and_never_a_secret(
     out = capsys.readouterr().out
     assert 'reply_model = "claude-sonnet-5-5"' in out and "quiet_ms = 60000" in out
     assert "sk-very-secret-value" not in out and "# ANTHROPIC_API_KEY: set" in out
+
+
+def test_eva_invite_asks_for_exactly_the_permissions_eva_uses(
+    capsys: pytest.CaptureFixture[str]
+) -> None:
+    from urllib.parse import parse_qs, urlsplit
+
+    capsys.readouterr()
+    assert main(["invite", "--application-id", "123456789012345678", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    # Discord's documented bits: VIEW_CHANNEL 1 << 10, SEND_MESSAGES 1 << 11,
+    # READ_MESSAGE_HISTORY 1 << 16, SEND_MESSAGES_IN_THREADS 1 << 38 (checked 2026-12-06)
+    expected = (1 << 10) | (1 << 11) | (1 << 16) | (1 << 38)
+    assert result["permissions"] == expected == 274_877_975_552
+    url = urlsplit(result["url"])
+    assert (url.scheme, url.netloc, url.path) == ("https", "discord.com", "/oauth2/authorize")
+    query = parse_qs(url.query)
+    assert query == {"client_id": ["123456789012345678"],
+                     "scope": ["bot applications.commands"],
+                     "permissions": [str(expected)]}
+    assert "ADMINISTRATOR" not in result["permission_names"]
+    assert main(["invite", "--application-id", "-4"]) == 1
+    assert "must be the application's id" in capsys.readouterr().err

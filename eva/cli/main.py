@@ -29,6 +29,7 @@ COMMANDS: dict[str, str] = {
     "plan": "eva.cli.cmd_plan",
     "calibrate": "eva.cli.cmd_calibrate",
     "settings": "eva.cli.cmd_settings",
+    "invite": "eva.cli.cmd_invite",
     "run": "eva.cli.cmd_run",
 }
 """Each command and the module that registers it. Only the module of the command given is
