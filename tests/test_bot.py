@@ -480,3 +480,27 @@ async def test_eva_run_stores_messages_and_exits_cleanly_on_sigterm(
     assert len(messages) == 20
     store = store_of(data)
     assert texts(store, StreamId(guild.id, guild.general.id)) == [f"line {i}" for i in range(20)]
+
+
+def test_eva_run_with_a_malformed_token_says_so_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    monkeypatch.setenv("DISCORD_TOKEN", "not a token at all")
+    status = main(["run", "--data", str(tmp_path / "data")])
+    err = capsys.readouterr().err
+    assert status == 1
+    assert "does not look like a bot token" in err and "Traceback" not in err
+    assert not (tmp_path / "data").exists()
+
+
+def test_gateway_refusals_are_explained_in_words_an_operator_can_act_on() -> None:
+    import hikari
+
+    from eva.discord.process import connect_error
+
+    intents = hikari.GatewayServerClosedConnectionError("Disallowed intent(s).", code=4014)
+    assert "Privileged Gateway Intents" in connect_error(intents)
+    assert "Message Content" in connect_error(intents)
+    refused = hikari.UnauthorizedError("http://x/api/v10/gateway/bot", {}, b"", "401: Unauthorized")
+    assert "refused DISCORD_TOKEN" in connect_error(refused)
+    assert "4004" in connect_error(hikari.GatewayServerClosedConnectionError("no", code=4004))

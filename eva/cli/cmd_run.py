@@ -93,7 +93,11 @@ def run_run(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    from eva.discord.process import run_bot  # hikari is slow to import; only `run` needs it
+    from eva.discord.process import run_bot, token_problem  # hikari is slow to import
+
+    problem = token_problem(token)
+    if problem is not None:
+        raise UserError(problem)
 
     return trio.run(
         lambda: run_bot(

@@ -45,6 +45,37 @@ CACHED = (
 EXIT_OK, EXIT_FAILED = 0, 1
 
 
+INTENT_HELP = (
+    "Eva needs the privileged Message Content intent: switch it on in the Discord developer "
+    "portal, on the application's Bot page, under Privileged Gateway Intents"
+)
+
+
+def token_problem(token: str) -> str | None:
+    """What is wrong with the form of a bot token, or None when it looks like one."""
+    try:
+        hikari.applications.get_token_id(token)
+    except ValueError:
+        return (
+            "DISCORD_TOKEN does not look like a bot token (three parts joined by dots, the "
+            "first the bot's id in base64): copy it again from the Bot page of the "
+            "application in the Discord developer portal"
+        )
+    return None
+
+
+def connect_error(error: BaseException) -> str:
+    """Why Discord could not be reached or refused Eva, in words an operator can act on."""
+    if isinstance(error, hikari.UnauthorizedError):
+        return f"Discord refused DISCORD_TOKEN ({error}); reset it on the Bot page and set it again"
+    if isinstance(error, hikari.GatewayServerClosedConnectionError):
+        if error.code == 4014:
+            return f"Discord closed the gateway with 4014, disallowed intents: {INTENT_HELP}"
+        if error.code == 4004:
+            return "Discord closed the gateway with 4004, authentication failed: check the token"
+    return str(error)
+
+
 def make_gateway(token: str, rest_url: str | None = None) -> hikari.GatewayBot:
     """hikari's GatewayBot with the intents and cache Eva needs (logging left to the caller)."""
     return hikari.GatewayBot(
@@ -133,7 +164,7 @@ async def run_bot(
                 try:
                     await eva.start(shard_ids, shard_count)
                 except (hikari.HikariError, OSError) as error:
-                    log.error("could not connect to Discord: %s", error)
+                    log.error("could not connect to Discord: %s", connect_error(error))
                     status = EXIT_FAILED
                     eva.stop()
                 else:
