@@ -7,6 +7,7 @@ import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -118,3 +119,50 @@ def test_a_full_disk_refuses_the_write_and_keeps_what_was_there(
     finally:
         open_backend(mount / "data").close()
         subprocess.run(["umount", "-l", str(mount)], capture_output=True, check=False)
+
+
+def test_a_damaged_record_ends_in_one_line(
+    export: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = tmp_path / "data"
+    assert main(["import", str(export), "--data", str(data)]) == 0
+    backend = open_backend(data)
+
+    def damage(tables: Any) -> None:
+        for key, value in tables.scan("events", b"", b"\xff" * 40):
+            if b"message.posted" in value:
+                broken = bytearray(value)
+                broken[3] ^= 0xFF
+                broken[-5] ^= 0x55
+                tables.put("events", key, bytes(broken))
+                return
+
+    backend.write(damage)
+    backend.close()
+    capsys.readouterr()
+    for args in (["memory", "friends"], ["audit", "friends"], ["replay"]):
+        status = main([*args, "--data", str(data)])
+        err = capsys.readouterr().err
+        assert status == 1, args
+        assert "does not decode" in err and "damaged" in err and "Traceback" not in err
+
+
+def test_a_fault_of_evas_own_is_one_line_unless_asked_for_more(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import eva.cli.cmd_status as status
+
+    def broken(*args: Any) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(status, "directory_status", broken)
+    data = tmp_path / "data"
+    (tmp_path / "e.json").write_bytes(friends_export(20))
+    assert main(["import", str(tmp_path / "e.json"), "--data", str(data), "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["status", "--data", str(data)]) == 70
+    err = capsys.readouterr().err
+    assert "unexpected RuntimeError: a bug" in err and "EVA_DEBUG=1" in err
+    monkeypatch.setenv("EVA_DEBUG", "1")
+    with pytest.raises(RuntimeError, match="a bug"):
+        main(["status", "--data", str(data)])

@@ -9,7 +9,12 @@ import os
 import sys
 from collections.abc import Sequence
 
+import msgspec
+
 from eva.cli.common import UserError
+
+EXIT_INTERNAL = 70
+"""The exit status of a fault of Eva's own (EX_SOFTWARE)."""
 
 COMMANDS: dict[str, str] = {
     "import": "eva.cli.cmd_import",
@@ -75,6 +80,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         where = f" ({error.filename})" if error.filename else ""
         print(f"eva {args.command}: {error.strerror or error}{where}", file=sys.stderr)
         return 1
+    except (msgspec.DecodeError, msgspec.ValidationError) as error:
+        print(
+            f"eva {args.command}: a stored record does not decode ({error}): the data "
+            "directory is damaged; restore it from a backup, or import the channel's export "
+            "into a new one",
+            file=sys.stderr,
+        )
+        return 1
+    except Exception as error:  # a fault of Eva's own: one line, the details on request
+        if os.environ.get("EVA_DEBUG"):
+            raise
+        print(
+            f"eva {args.command}: unexpected {type(error).__name__}: {error}. Nothing more "
+            "was done; set EVA_DEBUG=1 to see where it happened, and please report it",
+            file=sys.stderr,
+        )
+        return EXIT_INTERNAL
     return status
 
 
