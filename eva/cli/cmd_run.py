@@ -56,6 +56,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     run.add_argument(
         "--shard-count", type=int, default=None, help="shards in all (default: Discord's advice)"
     )
+    run.add_argument(
+        "--log-level",
+        choices=["debug", "info", "warning", "error"],
+        default="info",
+        help="how much to log, to standard error (default info)",
+    )
     run.add_argument("--rest-url", default=None, help=argparse.SUPPRESS)  # tests: a fake Discord
     run.add_argument("--anthropic-url", default=None, help=argparse.SUPPRESS)
     run.set_defaults(run=run_run)
@@ -91,7 +97,8 @@ def run_run(args: argparse.Namespace) -> int:
     if key is None:
         print(OFFLINE_WARNING, file=sys.stderr)
     logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        level=getattr(logging, args.log_level.upper()),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     from eva.discord.process import run_bot, token_problem  # hikari is slow to import
 
