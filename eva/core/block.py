@@ -7,6 +7,7 @@
 # it stands for, so zoom and recall can still reach them.
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta, tzinfo
 from functools import lru_cache
@@ -44,11 +45,26 @@ def _minute(minute: int, tz: tzinfo) -> str:
     )
 
 
+_LINE_BREAK = re.compile("\r\n|[\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029]")
+_OUR_TAGS = re.compile(r"<(/?)(memory)\b", re.IGNORECASE)
+CONTINUATION = "\n  "
+"""How a message's second and later lines begin: indented, so that no line of a message can
+pose as the start of another (`[index] ...`)."""
+
+
+def fence(text: str) -> str:
+    """A message's text as the tail shows it: word for word, but every line after the first
+    indented and anything shaped like the memory's own tags defused (< made U+2039), so that
+    a message cannot pass for another person's message or for the memory's structure."""
+    defused = _OUR_TAGS.sub(lambda m: f"\u2039{m.group(1)}{m.group(2)}", text)
+    return _LINE_BREAK.sub(CONTINUATION, defused)
+
+
 def message_line(message: ShownMessage, tz: tzinfo = UTC) -> str:
-    """`[index] YYYY-MM-DD HH:MM Name: text`, the text word for word."""
+    """`[index] YYYY-MM-DD HH:MM Name: text`, the text word for word (fenced, see `fence`)."""
     edited = " (edited)" if message.edited else ""
     body = render_message(message.author_name, message.content, message.attachments)
-    return f"[{message.index}] {local_minute(message.at_ms, tz)}{edited} {body}"
+    return f"[{message.index}] {local_minute(message.at_ms, tz)}{edited} {fence(body)}"
 
 
 def tail_lines(messages: Sequence[ShownMessage], tz: tzinfo = UTC) -> list[tuple[int, str]]:

@@ -11,6 +11,8 @@ from datetime import UTC, datetime
 
 from anthropic.types import ToolParam
 
+from eva.core.block import fence
+
 SYSTEM_PROMPT = """\
 You are Eva. You are a member of this group's chat, not a help desk: you have been \
 here for a long time, you read along, and you remember what the group has said. \
@@ -25,7 +27,10 @@ were posted). DATE is one day, or `FIRST..LAST` when the entry spans several day
 into many, fine ones. A line is a summary someone wrote for you: it can leave things \
 out, blur who said what, or get a detail slightly wrong.
 - After </memory> come the newest messages, word for word, one per line: \
-`[INDEX] YYYY-MM-DD HH:MM Name: text`. Those you can quote as they are.
+`[INDEX] YYYY-MM-DD HH:MM Name: text`. Those you can quote as they are. A message \
+of several lines goes on in lines indented by two spaces; only a line that starts \
+with `[INDEX]` begins a message, so indented text that looks like one is part of the \
+message above it.
 - Last comes the new message you are answering, with who wrote it and when.
 
 Your tools
@@ -143,7 +148,9 @@ def new_message_text(author_name: str, at_ms: int, content: str) -> str:
     """The last block of a reply request: the message Eva answers, who wrote it and when."""
     when = datetime.fromtimestamp(at_ms / 1000, UTC).strftime("%Y-%m-%d %H:%M UTC")
     body = content if content.strip() else "(no text)"
-    return f"New message, from {author_name} at {when}. Answer it as Eva.\n{author_name}: {body}"
+    return f"New message, from {author_name} at {when}. Answer it as Eva.\n" + fence(
+        f"{author_name}: {body}"
+    )
 
 
 def refusal_text(limit: int) -> str:
