@@ -52,15 +52,8 @@ def test_a_data_directory_under_a_file(
 
 @pytest.fixture
 def read_only(tmp_path: Path) -> Iterator[Path]:
-    """A small file system mounted read-only (needs root and tmpfs; skipped elsewhere)."""
-    mount = tmp_path / "ro"
-    mount.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("mounting a read-only file system needs root")
-    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mount)],
-                          capture_output=True, check=False)
-    if made.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.decode().strip()}")
+    """A small file system to remount read-only (needs root and tmpfs; skipped elsewhere)."""
+    mount = _tmpfs(tmp_path, "8m")
     try:
         yield mount
     finally:
