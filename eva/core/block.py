@@ -14,7 +14,7 @@ from functools import lru_cache
 
 import msgspec
 
-from eva.core.render import render_message
+from eva.core.render import defuse_tags, render_message
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -46,7 +46,6 @@ def _minute(minute: int, tz: tzinfo) -> str:
 
 
 _LINE_BREAK = re.compile("\r\n|[\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029]")
-_OUR_TAGS = re.compile(r"<(/?)(memory)\b", re.IGNORECASE)
 CONTINUATION = "\n  "
 """How a message's second and later lines begin: indented, so that no line of a message can
 pose as the start of another (`[index] ...`)."""
@@ -56,8 +55,7 @@ def fence(text: str) -> str:
     """A message's text as the tail shows it: word for word, but every line after the first
     indented and anything shaped like the memory's own tags defused (< made U+2039), so that
     a message cannot pass for another person's message or for the memory's structure."""
-    defused = _OUR_TAGS.sub(lambda m: f"\u2039{m.group(1)}{m.group(2)}", text)
-    return _LINE_BREAK.sub(CONTINUATION, defused)
+    return _LINE_BREAK.sub(CONTINUATION, defuse_tags(text))
 
 
 def message_line(message: ShownMessage, tz: tzinfo = UTC) -> str:

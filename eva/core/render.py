@@ -89,10 +89,19 @@ def date_span(first_ms: int, last_ms: int, tz: tzinfo = UTC) -> str:
     return first_day if first_day == last_day else f"{first_day}..{last_day}"
 
 
+_OUR_TAGS = re.compile(r"<(/?)(memory)\b", re.IGNORECASE)
+
+
+def defuse_tags(text: str) -> str:
+    """`text` with anything shaped like the memory block's own tags (`<memory>`, `</memory>`)
+    given U+2039 for its `<`, so that chat text can never close or open the block."""
+    return _OUR_TAGS.sub(lambda m: f"\u2039{m.group(1)}{m.group(2)}", text)
+
+
 def render_line(address: Address, text: str, first_ms: int, last_ms: int, tz: tzinfo = UTC) -> str:
-    """One row entry: `start+size DATE|text`, all on one line."""
+    """One row entry: `start+size DATE|text`, all on one line, the block's tags defused."""
     entry = format_address(address)
-    return f"{entry} {date_span(first_ms, last_ms, tz)}|{flatten_line_breaks(text)}"
+    return f"{entry} {date_span(first_ms, last_ms, tz)}|{defuse_tags(flatten_line_breaks(text))}"
 
 
 def render_row(lines: Iterable[str]) -> str:
