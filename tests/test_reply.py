@@ -699,3 +699,20 @@ async def test_an_injection_corpus_obeyed_by_the_model_reaches_no_other_channel(
         crossings += sum(secret in outcome.text for secret in B_SECRETS)
         assert not outcome.failed
     assert crossings == 0
+
+
+async def test_a_guild_can_have_a_reply_model_of_its_own(
+    tmp_path: Path, fake: FakeMessagesAPI
+) -> None:
+    settings = msgspec_replace(
+        MODEL, reply_model="claude-haiku-5-5",
+        guild_reply_models={str(A.guild_id): "claude-sonnet-5-5"},
+    )
+    async with eva(tmp_path, A, OTHER_GUILD) as (store, supervisor):
+        await ask_eva(supervisor, A, fake, 1, settings=settings)
+        await ask_eva(supervisor, OTHER_GUILD, fake, 1, settings=settings)
+        [in_a] = events_of(store, A, ReplyWritten)
+        [elsewhere] = events_of(store, OTHER_GUILD, ReplyWritten)
+    first, second = (r.body["model"] for r in fake.message_requests())
+    assert (first, second) == ("claude-sonnet-5-5", "claude-haiku-5-5")
+    assert (in_a.model, elsewhere.model) == ("claude-sonnet-5-5", "claude-haiku-5-5")

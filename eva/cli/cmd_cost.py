@@ -73,6 +73,11 @@ def check_model_settings(path: Path, settings: ModelSettings) -> None:
         )
     if not 0.2 <= settings.line_target_share <= 1.0:
         raise UserError(f"bad settings in {path}: line_target_share must be from 0.2 to 1.0")
+    for guild in settings.guild_reply_models:
+        if not guild.isdigit():
+            raise UserError(
+                f"bad settings in {path}: guild_reply_models is keyed by guild id, not {guild!r}"
+            )
     if settings.reply_prompt_tokens_max < 1000:
         raise UserError(f"bad settings in {path}: reply_prompt_tokens_max must be at least 1000")
 

@@ -98,7 +98,10 @@ class ModelSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     that): a smaller target lets two lines glue into their parent with no model call. A long
     message's leaf is always asked for the whole limit."""
     reply_model: str = "claude-haiku-5-5"
-    """The model Eva answers people with."""
+    """The model Eva answers people with..."""
+    guild_reply_models: dict[str, str] = msgspec.field(default_factory=dict)
+    """...unless a guild (by its id, as a string key) is given another here, e.g. a server
+    on a plan with Sonnet 5.5 (`eva plan` shows what each model costs a month)."""
     base_url: str | None = None
     """Another address for the Messages API (tests use a fake on loopback)."""
     use_batches: bool = True
@@ -127,3 +130,10 @@ class ModelSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     prices: dict[str, Price] = msgspec.field(default_factory=default_prices)
     prices_checked: str = PRICES_CHECKED
     """The day the price table was last checked against the provider's pages."""
+
+    def for_guild(self, guild_id: int) -> ModelSettings:
+        """The settings a reply in `guild_id` uses: its own reply model, if it has one."""
+        model = self.guild_reply_models.get(str(guild_id))
+        if model is None or model == self.reply_model:
+            return self
+        return msgspec.structs.replace(self, reply_model=model)

@@ -389,6 +389,7 @@ async def write_reply(
     `ahead` are the posts that came before the question and may not be stored yet,
     the question last (see GetPrompt): the memory shows them all the same.
     """
+    settings = settings.for_guild(stream.guild_id)
     store = supervisor.shared.store
     month = reply_month(wall_ms)
     limit = settings.replies_per_guild_month
