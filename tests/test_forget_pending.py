@@ -111,6 +111,10 @@ def test_while_it_is_pending_no_read_command_shows_their_words(
         backend.close()
     assert main(["zoom", "friends", f"{theirs}+1", "--data", str(data)]) == 0
     assert "this message is being erased" in capsys.readouterr().out
+    assert main(["audit", "friends", "--at", "2099-01-01", "--data", str(data)]) == 0
+    row_then = capsys.readouterr().out
+    assert "being made again" in row_then
+    assert not any(text in row_then for text in texts)
 
 
 def test_forgotten_people_do_not_come_back_through_another_export(
