@@ -152,3 +152,13 @@ def test_forgotten_people_do_not_come_back_through_another_export(
     out = capsys.readouterr().out  # every time: their old messages stay out, the new one known
     assert f"forgotten, skipped  {len(theirs)}" in out and "messages added      0" in out
     open_backend(data).close()
+    before = result["messages"]
+    # The live pipeline fed from the same export keeps them out too.
+    assert main(["serve-local", "--export", str(other), "--speed", "0", "--quiet",
+                 "--data", str(data)]) == 0
+    open_backend(data).close()
+    capsys.readouterr()
+    assert main(["status", "--data", str(data), "--json"]) == 0
+    [channel] = json.loads(capsys.readouterr().out)["channels"]
+    assert channel["messages"] == before
+    open_backend(data).close()

@@ -37,6 +37,7 @@ from eva.cli.common import (
 )
 from eva.core.dce import ChannelExport, ExportError, export_events, parse_export
 from eva.core.events import MessagePosted, RowPublished, decode_event
+from eva.core.forget import Forgotten
 from eva.core.keys import StreamId
 from eva.core.settings import LiveSettings, MemorySettings
 from eva.core.summarize import OfflineSummarizer
@@ -327,9 +328,10 @@ async def serve_export(
     """Replay `export` through a supervisor, paced by `clock` (None: as fast as possible)."""
     stream = export.stream
     session.streams[stream] = None
-    posts = [post_of(e) for e in export_events(export, None, _unknown)
-             if isinstance(e, MessagePosted)]
     meta = store.meta(stream)
+    forgotten = Forgotten(meta.forgotten if meta is not None else {})  # they stay gone
+    posts = [post_of(e) for e in export_events(export, None, _unknown, forgotten)
+             if isinstance(e, MessagePosted)]
     first_ms = posts[0].at_ms if posts else (meta.last_ms if meta else 0)
     replay_time = ReplayTime(paced=clock is not None, latest_ms=first_ms)
 
