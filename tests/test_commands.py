@@ -21,6 +21,7 @@ import trio
 import trio_asyncio  # type: ignore[import-untyped]
 
 from eva.core.events import ForgetRequested, MessagePosted
+from eva.core.forget import person_hash
 from eva.core.keys import StreamId
 from eva.core.recall import render_view
 from eva.core.settings import KIB, LiveSettings, MemorySettings, ModelSettings
@@ -422,6 +423,8 @@ async def test_forget_me_asks_checks_the_presser_and_erases_the_person(tmp_path:
         pressed = world.press(world.alice, confirm, message)
         working = await world.response(pressed)
         assert (working.type, working.content) == (7, texts.FORGETTING)
+        recorded = await world.edited(pressed, lambda text: text.startswith("Recorded"))
+        assert recorded == texts.forget_recorded("you")
         done = await world.edited(pressed, lambda text: text.startswith("Done"))
         assert in_files(world.data_dir, alice) == set()
         assert in_files(world.data_dir, bob) == set(bob)
@@ -450,7 +453,10 @@ async def test_an_erasure_that_cannot_be_verified_is_said_plainly_and_logged(
         await world.response(asked)
         message = world.message_of(asked)
         pressed = world.press(world.bob, buttons(message)[0], message)
-        said = await world.edited(pressed, lambda text: text != texts.FORGETTING)
+        said = await world.edited(pressed, lambda text: text == texts.ERASURE_UNVERIFIED)
+        # the promise was recorded before the erasure failed: it stays pending, durable
+        pending = [meta.forgetting for meta in world.store.streams()]
+        assert any(person_hash(world.bob.id) in f for f in pending)
     assert said == texts.ERASURE_UNVERIFIED
     assert "could not verify" in said
     errors = [r for r in caplog.get_records("call") if r.levelno >= logging.ERROR]

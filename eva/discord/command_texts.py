@@ -73,6 +73,14 @@ def unknown_command(name: str) -> str:
     return f"Eva does not know the command `/{name}`; it may be from an older version of her."
 
 
+def forget_recorded(who: str) -> str:
+    """The promise, once it is durable: the forget finishes even if Eva stops now."""
+    return (
+        f"Recorded: Eva will forget {who} in this server, even if she is restarted now. "
+        "Erasing… this can take a minute."
+    )
+
+
 def forget_done(report: ForgetReport, who: str) -> str:
     """The answer once a forget is done and proven; `who` is "you" or a member's name."""
     if not report.channels:

@@ -401,6 +401,11 @@ async def _press(
     by: ForgetBy = "moderator" if moderator else "self"
     if moderator:
         log.info("moderator %s forgets a member in guild %s", button.owner, guild)
+    who = f"<@{button.target}>" if moderator else "you"
+    await context.run_trio(
+        lambda: context.supervisor.record_forget(button.target, guild_id=guild, by=by)
+    )
+    await answer.update(texts.forget_recorded(who))  # said once the tombstones are durable
     try:
         report = await context.run_trio(
             lambda: context.supervisor.forget(button.target, guild_id=guild, by=by)
@@ -410,5 +415,4 @@ async def _press(
         await answer.update(texts.ERASURE_UNVERIFIED)
         return
     assert isinstance(report, ForgetReport)
-    who = f"<@{button.target}>" if moderator else "you"
     await answer.update(texts.forget_done(report, who))

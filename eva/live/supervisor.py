@@ -34,7 +34,9 @@ from eva.memory.forget import (
     ErasureFailed,
     ForgetReport,
     StreamErased,
+    append_tombstones,
     finish_forget,
+    holding_words,
     pending_forgets,
     prove_erased,
 )
@@ -260,6 +262,24 @@ class Supervisor:
         return woken
 
     # -- forgetting -------------------------------------------------------------
+
+    async def record_forget(
+        self, person_id: int, *, guild_id: int | None = None, by: ForgetBy = "self"
+    ) -> int:
+        """The promise of a forget, before any of it is done: a tombstone in every channel
+        (of one guild, if given) that holds the person's words, durable when this returns.
+        From then on a restart finishes the forget (`resume_forgets`). How many channels
+        got one."""
+        person = person_hash(person_id)
+        store = self.shared.store
+        streams = [
+            StreamId(meta.guild_id, meta.channel_id)
+            for meta in store.streams()
+            if guild_id is None or meta.guild_id == guild_id
+        ]
+        holding = await trio.to_thread.run_sync(holding_words, store, person, streams)
+        async with self.shared.writer.paused():  # as a purge does: no commit of ours meanwhile
+            return append_tombstones(store, person, holding, by, self.shared.wall_ms())
 
     async def forget(
         self,

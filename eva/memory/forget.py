@@ -267,14 +267,36 @@ def request_everywhere(
     forget pending in every channel it must reach, not only in those it had
     reached (`pending_forgets` finds it there).
     """
-    tombstone = ForgetRequested(at_ms=now_ms, person_hash=person, by=by)
-    batches = []
+    return append_tombstones(store, person, holding_words(store, person, streams), by, now_ms)
+
+
+def holding_words(
+    store: EventStore, person: str, streams: Sequence[StreamId]
+) -> list[StreamId]:
+    """The channels of `streams` that hold words of the person and no pending forget of
+    theirs yet (read only: it may run while others write)."""
+    found = []
     with store.backend.reading() as tables:
         for stream in streams:
             meta = read_meta(tables, stream)
             if meta is None or person in meta.forgetting:
                 continue
             if person_messages(tables, stream, person) or stored_texts(tables, stream, person):
+                found.append(stream)
+    return found
+
+
+def append_tombstones(
+    store: EventStore, person: str, streams: Sequence[StreamId], by: ForgetBy, now_ms: int
+) -> int:
+    """A tombstone in each of `streams` where none of the person's is pending, in one
+    commit; how many were appended."""
+    tombstone = ForgetRequested(at_ms=now_ms, person_hash=person, by=by)
+    batches = []
+    with store.backend.reading() as tables:
+        for stream in streams:
+            meta = read_meta(tables, stream)
+            if meta is not None and person not in meta.forgetting:
                 batches.append(Batch(stream, [tombstone]))
     for result in store.append_many(batches) if batches else []:
         if isinstance(result, Rejected):
