@@ -30,7 +30,8 @@ from eva.memory.build import Memory
 from eva.memory.view import memory_text, recall, zoom
 from eva.model.client import make_client
 from eva.model.prompts import APOLOGY_TEXT, EMPTY_ANSWER_TEXT, SYSTEM_PROMPT, refusal_text
-from eva.model.reply import ReplyOutcome, ToolAnswer, run_tool, write_reply
+from eva.model.reply import ReplyOutcome, write_reply
+from eva.model.tools import ToolAnswer, run_tool
 from eva.store.event_store import EventStore
 from eva.store.lmdb_kv import open_backend
 from eva.testing.fake_anthropic import OVERLOADED, FakeMessagesAPI, tokens

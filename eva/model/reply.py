@@ -1,18 +1,18 @@
 # Eva answers a message: one request with her memory, a few rounds of tools, a reply.
 #
 # Shell: it calls the model through the anthropic SDK and reads the channel
-# only through its actor (`Supervisor.ask`). It may not know any channel but
-# the one it is handed: every tool acts on `stream`, and nothing the model
-# writes in its arguments names another one (an argument a tool does not take
-# is an error, and no tool takes a channel, guild or person id).
-# Invariants: the request carries four cache marks, in prefix order: the last
-# tool, the system prompt, the row block (changes only at a publish) and the
-# tail block (grows between publishes); the new message has none. At most
+# only through its actor (`Supervisor.ask`); the tools are eva.model.tools and
+# the prompt's parts eva.core.prompt, the same the planner prices.
+# Invariants: the cache marks are the layout's (eva.core.prompt.layout_marks):
+# on the system prompt (covering the tools), the row, the tail's last chunk,
+# and the newest tool result while another round may follow; never more than
+# four, none on the new message. The first request stays under the guard's
+# budget and every later one under the reply model's price tier. At most
 # `tool_rounds` rounds of tools, then one last request that may not use them
-# (tool_choice none: the tools stay in the request so that prefix stays cached,
-# though the provider may not reuse the message blocks for that one request).
-# A reply is recorded only when the model gave one; a refusal or a model
-# failure records none. The guild's monthly quota is checked before any call.
+# (tool_choice none: the tools stay in the request so that prefix stays cached).
+# A reply is recorded only when the model gave one, with each request's usage;
+# a refusal or a model failure records none. The guild's monthly quota is
+# checked before any call, and a guild's own reply model is used if it has one.
 from __future__ import annotations
 
 import json
@@ -20,7 +20,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime
+from datetime import UTC, datetime
 from typing import cast
 
 import anthropic
@@ -37,7 +37,6 @@ from anthropic.types import (
     ToolUseBlockParam,
 )
 
-from eva.core.address import parse_address
 from eva.core.costs import add_usage
 from eva.core.events import ReplyWritten, Usage
 from eva.core.keys import StreamId
@@ -50,11 +49,9 @@ from eva.core.prompt import (
     prompt_parts,
     tokens_at_most,
 )
-from eva.core.recall import RecallLine, RecallView, render_view
 from eva.core.settings import ModelSettings
-from eva.live.inputs import DateOf, GetPrompt, Post, Recall, RecordReply, RecordTool, Zoom
+from eva.live.inputs import GetPrompt, Post, RecordReply, RecordTool
 from eva.live.supervisor import Supervisor
-from eva.memory.view import Zoomed, ZoomError
 from eva.model.client import (
     ModelCallFailed,
     ModelRequestRefused,
@@ -63,18 +60,17 @@ from eva.model.client import (
 )
 from eva.model.prompts import (
     APOLOGY_TEXT,
-    DATE_PATTERN,
     EMPTY_ANSWER_TEXT,
     SYSTEM_PROMPT,
     TOOLS,
     new_message_text,
     refusal_text,
 )
+from eva.model.tools import run_tool
 from eva.store.event_store import EventStore
 
 log = logging.getLogger(__name__)
 
-RECALL_TOOL_BYTES = 6000
 TOOL_USE_SYSTEM_TOKENS = 400
 """Tokens the Messages API adds to the system prompt when tools are offered (a ceiling)."""
 EMPTY_TAIL_TEXT = "(no messages after the memory above yet)"
@@ -189,182 +185,6 @@ def usage_of(message: Message) -> Usage:
         cache_read_tokens=usage.cache_read_input_tokens or 0,
         cache_write_1h_tokens=0 if split is None else split.ephemeral_1h_input_tokens,
     )
-
-
-# -- tools --------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class ToolAnswer:
-    """A tool's result as the model reads it."""
-
-    text: str
-    is_error: bool = False
-
-
-class _BadArguments(ValueError):
-    pass
-
-
-def _arguments(
-    name: str, given: object, required: frozenset[str], optional: frozenset[str]
-) -> dict[str, object]:
-    if not isinstance(given, dict):
-        raise _BadArguments(f"{name} takes a JSON object of arguments")
-    unknown = sorted(str(key) for key in given if key not in required | optional)
-    if unknown:
-        takes = ", ".join(sorted(required | optional))
-        raise _BadArguments(
-            f"{name} takes only {takes}, not {', '.join(unknown)}; "
-            "tools only ever read this channel"
-        )
-    missing = sorted(required - given.keys())
-    if missing:
-        raise _BadArguments(f"{name} needs {', '.join(missing)}")
-    return {str(key): value for key, value in given.items()}
-
-
-def _text(name: str, value: object, what: str) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise _BadArguments(f"{name}: {what} must be a non-empty string")
-    return value
-
-
-def _whole(name: str, value: object, what: str, least: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < least:
-        raise _BadArguments(f"{name}: {what} must be a whole number of at least {least}")
-    return value
-
-
-def _day(name: str, value: object, what: str) -> str | None:
-    if value is None:
-        return None
-    text = _text(name, value, what)
-    try:
-        parsed = date.fromisoformat(text)
-    except ValueError:
-        parsed = None
-    if parsed is None or len(text) != 10:
-        raise _BadArguments(f"{name}: {what} must be a date YYYY-MM-DD ({DATE_PATTERN})")
-    return text
-
-
-def _same_person(author: str, person: str) -> bool:
-    def norm(name: str) -> str:
-        return " ".join(name.removeprefix("@").split()).casefold()
-
-    return norm(author) == norm(person)
-
-
-def filter_recall(
-    view: RecallView, person: str | None, after: str | None, before: str | None
-) -> RecallView:
-    """The hits of `view` written by `person`, posted on `after` or later and before `before`.
-
-    Filters what recall already found (its best hits within its byte cap), so
-    it narrows; it does not search further. A person matches by display name,
-    ignoring case, spacing and a leading @. Dates are the channel's local days
-    as shown (`RecallLine.time`). A hit that fails stays in its window as
-    context but loses its mark; a window with no hit left is dropped.
-    """
-
-    def kept(line: RecallLine) -> bool:
-        day = line.time[:10]
-        return (
-            (person is None or _same_person(line.author, person))
-            and (after is None or day >= after)
-            and (before is None or day < before)
-        )
-
-    windows = []
-    for window in view.windows:
-        lines = tuple(
-            line
-            if not line.hit or kept(line)
-            else RecallLine(
-                index=line.index,
-                at_ms=line.at_ms,
-                time=line.time,
-                author=line.author,
-                text=line.text,
-                hit=False,
-            )
-            for line in window
-        )
-        if any(line.hit for line in lines):
-            windows.append(lines)
-    hits = sum(line.hit for window in windows for line in window)
-    return RecallView(query=view.query, total=hits, shown_hits=hits, more=0, windows=tuple(windows))
-
-
-def _filter_note(person: str | None, after: str | None, before: str | None, seen: int) -> str:
-    parts = []
-    if person is not None:
-        parts.append(f"by {person}")
-    if after is not None:
-        parts.append(f"from {after}")
-    if before is not None:
-        parts.append(f"before {before}")
-    return f"(only hits {', '.join(parts)}, among the {seen} best matches of the words)"
-
-
-async def run_tool(
-    supervisor: Supervisor, stream: StreamId, name: str, arguments: object
-) -> ToolAnswer:
-    """Answer one tool call of the model, reading channel `stream` and nothing else."""
-    try:
-        return await _run_tool(supervisor, stream, name, arguments)
-    except _BadArguments as error:
-        return ToolAnswer(str(error), is_error=True)
-    except ZoomError as error:
-        return ToolAnswer(str(error), is_error=True)
-
-
-async def _run_tool(
-    supervisor: Supervisor, stream: StreamId, name: str, arguments: object
-) -> ToolAnswer:
-    match name:
-        case "zoom":
-            args = _arguments(name, arguments, frozenset({"address"}), frozenset({"page"}))
-            address = _text(name, args["address"], "address").strip()
-            try:
-                parse_address(address)
-            except ValueError as error:
-                raise _BadArguments(f"zoom: {error}") from None
-            page = _whole(name, args.get("page", 1), "page", 1)
-            zoomed = await supervisor.ask(stream, Zoom(address=address, page=page))
-            assert isinstance(zoomed, Zoomed)
-            return ToolAnswer(zoomed.text)
-        case "recall":
-            args = _arguments(
-                name, arguments, frozenset({"query"}), frozenset({"person", "after", "before"})
-            )
-            query = _text(name, args["query"], "query")
-            person = args.get("person")
-            who = None if person is None else _text(name, person, "person")
-            after = _day(name, args.get("after"), "after")
-            before = _day(name, args.get("before"), "before")
-            view = await supervisor.ask(stream, Recall(query=query))
-            assert isinstance(view, RecallView)
-            if who is None and after is None and before is None:
-                return ToolAnswer(render_view(view, RECALL_TOOL_BYTES))
-            narrowed = filter_recall(view, who, after, before)
-            note = _filter_note(who, after, before, view.shown_hits)
-            return ToolAnswer(f"{note}\n{render_view(narrowed, RECALL_TOOL_BYTES)}")
-        case "date":
-            args = _arguments(name, arguments, frozenset({"index"}), frozenset())
-            index = _whole(name, args["index"], "index", 0)
-            at_ms = await supervisor.ask(stream, DateOf(index=index))
-            if at_ms is None:
-                return ToolAnswer(f"no message {index}")
-            assert isinstance(at_ms, int)
-            posted = datetime.fromtimestamp(at_ms / 1000, UTC).strftime("%Y-%m-%dT%H:%MZ")
-            return ToolAnswer(f"message {index} was posted {posted}")
-        case _:
-            return ToolAnswer(
-                f"there is no tool {name[:64]!r}; the tools are zoom, recall and date",
-                is_error=True,
-            )
 
 
 # -- the reply ------------------------------------------------------------------------
