@@ -19,7 +19,7 @@ from eva.core.audit import AuditEntry, history, row_at
 from eva.core.keys import StreamId
 from eva.core.render import render_line
 from eva.core.settings import MemorySettings
-from eva.memory.view import channel_zone, withheld, withhold_lines
+from eva.memory.view import channel_zone, withheld_now, withhold_lines
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -101,8 +101,8 @@ def show_row_at(args: argparse.Namespace, stream: StreamId, time_ms: int) -> int
             rendered.append(
                 render_line(Address(start, size), line.text, line.first_ms, line.last_ms, zone)
             )
-    with store.backend.reading() as tables:  # a forget under way: its person's words stay out
-        rendered = withhold_lines(rendered, withheld(tables, stream, store.meta(stream)))
+    # a forget under way: its person's words stay out
+    rendered = withhold_lines(rendered, withheld_now(store, stream, store.meta(stream)))
     if args.json:
         print_json(
             {

@@ -94,9 +94,9 @@ def run_forget(args: argparse.Namespace) -> int:
         )
     settings = load_settings(args.settings)
     store = open_store(args.data)
-    reports: list[ForgetReport] = []
+    asked = None if args.user is None else person_hash(args.user)
     streams: list[StreamId] = []
-    if args.user is not None:
+    if asked is not None:
         streams = [
             StreamId(m.guild_id, m.channel_id)
             for m in store.streams()
@@ -106,9 +106,7 @@ def run_forget(args: argparse.Namespace) -> int:
             raise UserError(f"no channel of guild {args.guild} in this data directory")
         # The promise first, before any other work: a tombstone in every channel that
         # holds their words, durable once this returns; the erasure then finishes by itself.
-        recorded = request_everywhere(
-            store, person_hash(args.user), streams, args.by, int(time.time() * 1000)
-        )
+        recorded = request_everywhere(store, asked, streams, args.by, int(time.time() * 1000))
         if recorded:
             print(
                 f"forget recorded in {recorded} channel(s); erasing now (if this is cut "
@@ -117,14 +115,10 @@ def run_forget(args: argparse.Namespace) -> int:
                 flush=True,
             )
     try:
-        for person, pending in pending_forgets(store).items():
-            if args.user is not None and person == person_hash(args.user):
-                continue  # finished below, with the channels asked for
-            reports.append(_run(store, args.data, person, pending, "self", settings))
-        if args.user is not None:
-            reports.append(
-                _run(store, args.data, person_hash(args.user), streams, args.by, settings)
-            )
+        # older pending forgets first; the one asked for below, with the channels asked for
+        reports = finish_pending(store, args.data, settings, but=asked)
+        if asked is not None:
+            reports.append(_run(store, args.data, asked, streams, args.by, settings))
     except ErasureFailed as failure:
         raise UserError(f"ERASURE FAILED: {failure}") from None
     if args.json:
@@ -150,11 +144,22 @@ def finish_left_forgets(store: EventStore, data: Path, settings: MemorySettings)
         flush=True,
     )
     try:
-        for person, streams in pending.items():
-            _run(store, data, person, streams, "self", settings)
+        finish_pending(store, data, settings)
     except ErasureFailed as failure:
         raise UserError(f"ERASURE FAILED: {failure}") from None
     return len(pending)
+
+
+def finish_pending(
+    store: EventStore, data: Path, settings: MemorySettings, but: str | None = None
+) -> list[ForgetReport]:
+    """Finish the pending forget of every person but `but`; raises ErasureFailed if a
+    person's words are still found afterwards."""
+    return [
+        _run(store, data, person, streams, "self", settings)
+        for person, streams in pending_forgets(store).items()
+        if person != but
+    ]
 
 
 def _run(

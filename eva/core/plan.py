@@ -37,9 +37,8 @@ from eva.core.prompt import (
     tokens_at_most,
 )
 from eva.core.render import render_line
-from eva.core.tree_cost import TreeBill
+from eva.core.tree_cost import DAY_MS, TreeBill
 
-DAY_MS = 86_400_000
 MONTH_DAYS = 30.4375
 """An average calendar month (365.25 / 12 days)."""
 PLAN_USD = 15.0
@@ -288,7 +287,6 @@ def bill_variant(
         estimate_tokens(texts.tools, per) + texts.tools_overhead_tokens, block_key(texts.tools)
     )
     system = Block(estimate_tokens(texts.system, per), block_key(texts.system), marks.system)
-    call = Block(assumptions.tool_call_output_tokens, "tool-call")
     result_tokens = math.ceil(assumptions.tool_result_bytes / per)
     answer_tokens = assumptions.answer_tokens(per)
     bill = VariantBill(variant=variant, priced=price is not None)
@@ -334,7 +332,7 @@ def bill_variant(
                 blocks = [
                     *(Block(b.tokens, b.key) if b.key.startswith("result:") else b
                       for b in blocks),
-                    Block(call.tokens, f"call:{turn.at_ms}:{round_number}"),
+                    Block(assumptions.tool_call_output_tokens, f"call:{turn.at_ms}:{round_number}"),
                     Block(result_tokens, f"result:{turn.at_ms}:{round_number}", result_ttl),
                 ]
         warm.replied(turn.at_ms + rounds * int(assumptions.round_seconds * 1000), row)

@@ -46,6 +46,14 @@ def withheld(tables: Tables, stream: StreamId, meta: StreamMeta | None) -> froze
     )
 
 
+def withheld_now(store: EventStore, stream: StreamId, meta: StreamMeta | None) -> frozenset[int]:
+    """`withheld` in a read of its own, taken only when a forget is pending at all."""
+    if meta is None or not meta.forgetting:
+        return frozenset()
+    with store.backend.reading() as tables:
+        return withheld(tables, stream, meta)
+
+
 def covers_withheld(address: Address, hidden: frozenset[int]) -> bool:
     """Whether the line at `address` covers a withheld message."""
     return any(address.start <= index < address.start + address.size for index in hidden)
@@ -149,8 +157,7 @@ def memory_text(
     meta = store.meta(stream)
     tz = channel_zone(meta, settings)
     lines = row_lines(store, stream, tz, cache if cache is not None else RowText())
-    with store.backend.reading() as tables:
-        lines = withhold_lines(lines, withheld(tables, stream, meta))
+    lines = withhold_lines(lines, withheld_now(store, stream, meta))
     tail = tail_lines(tail_messages(store, stream), tz)
     return memory_prompt(lines, tail, settings.prompt_tail_max_bytes).block
 
@@ -192,8 +199,7 @@ def zoom(
             f"this channel has messages 0..{count - 1}"
         )
     tz = channel_zone(meta, settings)
-    with store.backend.reading() as tables:
-        hidden = withheld(tables, stream, meta)
+    hidden = withheld_now(store, stream, meta)
     if address.size == 1:
         if address.start in hidden:
             return Zoomed(text=f"[{address.start}] {WITHHELD_MESSAGE}")
