@@ -5,7 +5,8 @@
 # directory by the same code path as `eva import`, then replays the stream.
 # The floor is the time to decode the same stored events with msgspec and
 # nothing else, measured in the same run, so replay speed can be judged
-# against what this machine can do at all. The last line printed is one JSON
+# against what this machine can do at all. Replay runs with the log's seals
+# checked and without, to give what the check costs. The last line printed is one JSON
 # object; the temporary directory is removed at the end.
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import time
 from pathlib import Path
 
 from eva.cli.cmd_import import directory_bytes, import_file
+from eva.core.chain import check_stream
 from eva.core.events import decode_event
 from eva.core.keys import StreamId
 from eva.store.event_store import EventStore
@@ -41,9 +43,18 @@ def main() -> int:
         backend = open_backend(data)
         store = EventStore(backend)
         stream = StreamId(int(report.guild_id), int(report.channel_id))
-        started = time.perf_counter()
-        result = replay_stream(store, stream)
-        replay_s = time.perf_counter() - started
+        # replay with the seals checked (the default) and without, alternated, the best of
+        # two each: the seals' own cost is the difference
+        timings: dict[bool, list[float]] = {True: [], False: []}
+        for check_seals in (True, False, True, False):
+            started = time.perf_counter()
+            result = replay_stream(store, stream, check_seals=check_seals)
+            timings[check_seals].append(time.perf_counter() - started)
+        replay_s, unsealed_s = min(timings[True]), min(timings[False])
+        with backend.reading() as tables:
+            started = time.perf_counter()
+            sealed = check_stream(tables, stream)
+            seals_s = time.perf_counter() - started
 
         stored = [raw for _, raw in store.raw_events(stream)]
         started = time.perf_counter()
@@ -63,6 +74,9 @@ def main() -> int:
         "replay_s": round(replay_s, 3),
         "replay_events_per_s": round(result.events / replay_s),
         "replay_ok": result.ok,
+        "replay_without_seals_s": round(unsealed_s, 3),
+        "seals_alone_s": round(seals_s, 3),
+        "log_sealed": sealed.ok,
         "floor_s": round(floor_s, 3),
         "floor_events_per_s": round(len(stored) / floor_s),
         "peak_rss_mb": round(peak_kb / 1024, 1),

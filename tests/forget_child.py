@@ -65,16 +65,12 @@ def kill_during_remake() -> None:
 
 
 def kill_during_purge() -> None:
-    """Killed inside the second rewrite transaction: the first chunk is committed, no more."""
-    erasure.REWRITE_CHUNK = 16
+    """Killed inside the rewrite transaction, its events rewritten and sealed, not committed."""
     call = erasure._Rewrite.__call__
-    calls = [0]
 
     def rewrite_or_die(self: Any, tables: Any) -> None:
-        calls[0] += 1
-        if calls[0] == 2:
-            die()
         call(self, tables)
+        die()
 
     erasure._Rewrite.__call__ = rewrite_or_die  # type: ignore[method-assign]
 

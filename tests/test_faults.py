@@ -133,11 +133,18 @@ def test_a_damaged_record_ends_in_one_line(
     backend.write(damage)
     backend.close()
     capsys.readouterr()
-    for args in (["memory", "friends"], ["audit", "friends"], ["replay"]):
-        status = main([*args, "--data", str(data)])
-        err = capsys.readouterr().err
-        assert status == 1, args
-        assert "does not decode" in err and "damaged" in err and "Traceback" not in err
+    status = main(["memory", "friends", "--data", str(data)])
+    err = capsys.readouterr().err
+    assert status == 1
+    assert "event 1 does not decode" in err and "damaged" in err and "Traceback" not in err
+    # the audit checks the log's seals first, and names the first event that broke them
+    assert main(["audit", "friends", "--data", str(data)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "broken at event 1" in err
+    assert main(["replay", "--data", str(data)]) == 1
+    captured = capsys.readouterr()
+    assert "LOG DAMAGED: event 1 does not decode" in captured.out
+    assert "Traceback" not in captured.err
 
 
 def test_a_fault_of_evas_own_is_one_line_unless_asked_for_more(

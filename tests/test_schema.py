@@ -44,6 +44,7 @@ STABLE_TAGS = {
     "ForgetApplied": "forget.applied",
     "MessagesErased": "messages.erased",
     "ReplyWritten": "reply.written",
+    "LogRewritten": "log.rewritten",
 }
 
 

@@ -16,6 +16,7 @@ from eva.cli.common import (
 )
 from eva.core.address import Address
 from eva.core.audit import AuditEntry, history, row_at
+from eva.core.chain import check_stream
 from eva.core.keys import StreamId
 from eva.core.render import render_line
 from eva.core.settings import MemorySettings
@@ -29,7 +30,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description=(
             "Print when each line was written and how (verbatim, glue, or which model with "
             "its tokens), each publish with its reason and row size, and each forget "
-            "(never its content). With --at, show the row as it stood at that time."
+            "(never its content). The log's seals are checked first: a history whose log "
+            "was altered is refused, naming the first event that does not follow; the last "
+            "line gives the newest seal (the head), which changes if anything before it "
+            "is rewritten. With --at, show the row as it stood at that time."
         ),
     )
     parser.add_argument("channel", help="GUILD/CHANNEL, a channel id, or a channel name")
@@ -67,17 +71,37 @@ def run(args: argparse.Namespace) -> int:
     stream = find_stream(store, args.channel)
     if args.at is not None:
         return show_row_at(args, stream, parse_time(args.at))
-    entries = history(store.events(stream))
+    with store.backend.reading() as tables:
+        log = check_stream(tables, stream)
+    entries = [] if log.broken is not None else history(store.events(stream))
     if args.json:
-        print_json({"channel": str(stream), "entries": [_entry_json(e) for e in entries]})
-        return 0
+        print_json(
+            {
+                "channel": str(stream),
+                "entries": [_entry_json(e) for e in entries],
+                "log": {
+                    "ok": log.ok,
+                    "events": log.events,
+                    "head": log.head,
+                    "broken_at": None if log.broken is None else log.broken.position,
+                    "why": None if log.broken is None else log.broken.why,
+                },
+            }
+        )
+        return 0 if log.ok else 1
     for entry in entries:
         if entry.messages_before:
             print(f"{'':19}  ... {entry.messages_before} messages posted")
         if entry.kind != "messages":
             print(f"{format_ms(entry.at_ms)}  #{entry.seq} {entry.detail}")
+    if log.broken is not None:
+        raise UserError(
+            f"the log of {stream} is broken at event {log.broken.position}: {log.broken.why}; "
+            "its history cannot be trusted from there on (`eva replay` checks every channel)"
+        )
     if not entries:
         print("no events in this channel")
+    print(f"log: {log.events} events, each sealed to the one before; head {log.head}")
     return 0
 
 

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import msgspec
 
 from eva.cli.common import UserError
+from eva.core.events import DamagedLog
 
 EXIT_INTERNAL = 70
 """The exit status of a fault of Eva's own (EX_SOFTWARE)."""
@@ -79,6 +80,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as error:  # the machine refused: a full disk, a file gone, no permission
         where = f" ({error.filename})" if error.filename else ""
         print(f"eva {args.command}: {error.strerror or error}{where}", file=sys.stderr)
+        return 1
+    except DamagedLog as error:
+        print(
+            f"eva {args.command}: the data directory is damaged: {error}. Restore it from a "
+            "backup, or import the channel's export into a new one",
+            file=sys.stderr,
+        )
         return 1
     except (msgspec.DecodeError, msgspec.ValidationError) as error:
         print(

@@ -16,6 +16,7 @@ from eva.core.events import (
     ForgetApplied,
     ForgetRequested,
     LineWritten,
+    LogRewritten,
     MessageDeleted,
     MessageEdited,
     MessagePosted,
@@ -79,6 +80,13 @@ def describe(event: AnyEvent) -> tuple[str, str | None]:
                 f"reply written ({event.model}, {event.tool_calls} tool calls, tokens in "
                 f"{u.input_tokens} out {u.output_tokens} cache write {u.cache_write_tokens} "
                 f"read {u.cache_read_tokens})",
+                None,
+            )
+        case LogRewritten():
+            first = event.positions[0] if event.positions else 0
+            return (
+                f"log rewritten: {len(event.positions)} events from #{first} on kept without "
+                f"words no memory uses, {event.resealed} events sealed again from #{first}",
                 None,
             )
         case ToolCalled():

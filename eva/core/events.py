@@ -172,6 +172,16 @@ class MessagesErased(Event, frozen=True, tag="messages.erased"):
     indexes: tuple[int, ...]
 
 
+class LogRewritten(Event, frozen=True, tag="log.rewritten"):
+    """Stored events rewritten without words that no projection uses any more (a forgotten
+    person's messages, deleted and edited texts, lines made again), and the log sealed
+    again (eva.core.chain) from the first of them to this record, in one transaction."""
+
+    at_ms: int
+    positions: tuple[int, ...]
+    resealed: int = 0
+
+
 AnyEvent: TypeAlias = (
     ChannelDescribed
     | MessagePosted
@@ -184,6 +194,7 @@ AnyEvent: TypeAlias = (
     | ForgetApplied
     | MessagesErased
     | ReplyWritten
+    | LogRewritten
 )
 
 EVENT_TYPES: tuple[type[Event], ...] = (
@@ -198,7 +209,13 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     ForgetApplied,
     MessagesErased,
     ReplyWritten,
+    LogRewritten,
 )
+
+class DamagedLog(ValueError):
+    """A stored event is missing, does not decode, or is not the kind its projection
+    points at: the log or its projections are damaged."""
+
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(AnyEvent)

@@ -15,7 +15,7 @@ from typing import Final, Literal, NamedTuple, TypeAlias
 
 Table: TypeAlias = Literal[
     "events", "streams", "messages", "discord_ids", "lines", "ready", "postings", "stale",
-    "batches", "layout",
+    "batches", "layout", "chain",
 ]
 
 EVENTS: Final = "events"
@@ -37,7 +37,10 @@ BATCHES: Final = "batches"
 # Which layout a data directory follows, where it changed (`DISCORD_IDS_BY_MESSAGE`,
 # `MESSAGE_SLOTS_IN_BLOCKS`).
 LAYOUT: Final = "layout"
-ALL_TABLES: Final[tuple[Table, ...]] = ("events", *PROJECTION_TABLES, BATCHES, LAYOUT)
+# The seal of each event, under the event's own key (eva.core.chain): part of the log, not
+# derived from it.
+CHAIN: Final = "chain"
+ALL_TABLES: Final[tuple[Table, ...]] = ("events", *PROJECTION_TABLES, BATCHES, LAYOUT, CHAIN)
 DISCORD_IDS_BY_MESSAGE: Final = b"discord_ids"
 """The `layout` entry saying that `discord_ids` keys start with the message id; a data
 directory written before holds keys that start with the stream prefix."""
@@ -47,6 +50,10 @@ its record (eva.core.slots); a data directory written before holds them in `mess
 FORGOTTEN_IN_RECORDS: Final = b"forgotten"
 """The `layout` entry saying that each stream's record holds when its forgotten people
 asked (StreamMeta.forgotten); a data directory written before holds records without it."""
+
+LOGS_SEALED: Final = b"sealed"
+"""The `layout` entry saying that every event has its seal in `chain`; a data directory
+written before holds none."""
 
 _U64 = struct.Struct(">Q")
 _PREFIX = struct.Struct(">QQ")

@@ -18,6 +18,7 @@ from eva.core.events import (
     ForgetApplied,
     ForgetRequested,
     LineWritten,
+    LogRewritten,
     MessageDeleted,
     MessageEdited,
     MessagePosted,
@@ -173,7 +174,7 @@ class Projector:
                 if event.month != meta.reply_month:
                     meta.reply_month, meta.replies = event.month, 0
                 meta.replies += 1
-            case ToolCalled():
+            case ToolCalled() | LogRewritten():
                 pass
             case _:
                 assert_never(event)

@@ -2,11 +2,13 @@
 #
 # Shell: writes through the store's backend and reads files. The decisions
 # (which events, what they become) are the core's (eva.core.forget).
-# Invariants: each rewrite batch is one transaction and rewriting twice is
-# harmless; the file scan reads every byte of every file under the directory.
+# Invariants: a stream's rewrite is one transaction with its new seals and its
+# record, and rewriting twice is harmless; the file scan reads every byte of
+# every file under the directory.
 from __future__ import annotations
 
 import os
+import time
 from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -14,34 +16,47 @@ from pathlib import Path
 import ahocorasick
 
 from eva.core import keys
-from eva.core.events import AnyEvent, encode_event
+from eva.core.chain import seal_from
+from eva.core.events import AnyEvent, LogRewritten, encode_event
 from eva.core.forget import purge_plan
 from eva.core.keys import StreamId
+from eva.core.projection import Projector
 from eva.core.tables import Tables
-from eva.store.event_store import EventStore
-
-REWRITE_CHUNK = 2048
+from eva.store.event_store import Batch, EventStore, write_batch
 
 
-def purge_stream(store: EventStore, stream: StreamId) -> int:
-    """Rewrite every event of the stream that holds words no projection uses; return how many."""
+def purge_stream(store: EventStore, stream: StreamId, now_ms: int | None = None) -> int:
+    """Rewrite every event of the stream that holds words no projection uses; return how many.
+
+    One transaction rewrites them, seals the log again from the first of them
+    (eva.core.chain) and records which positions it rewrote (LogRewritten): a
+    crash leaves all of it or none.
+    """
     with store.backend.reading() as tables:
         plan = list(purge_plan(tables, stream))
-    for start in range(0, len(plan), REWRITE_CHUNK):
-        store.backend.write(_Rewrite(stream, plan[start : start + REWRITE_CHUNK]))
+    if plan:
+        at_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        store.backend.write(_Rewrite(stream, plan, at_ms))
     return len(plan)
 
 
 @dataclass(frozen=True, slots=True)
 class _Rewrite:
-    """One write transaction of rewritten events (safe to run again)."""
+    """The write transaction of a stream's rewritten events (safe to run again)."""
 
     stream: StreamId
-    chunk: list[tuple[int, AnyEvent]]
+    plan: list[tuple[int, AnyEvent]]
+    at_ms: int
 
     def __call__(self, tables: Tables) -> None:
-        for seq, event in self.chunk:
+        for seq, event in self.plan:
             tables.put("events", keys.event_key(self.stream, seq), encode_event(event))
+        positions = tuple(sorted(seq for seq, _ in self.plan))
+        resealed = seal_from(tables, self.stream, positions[0])
+        record = LogRewritten(at_ms=self.at_ms, positions=positions, resealed=resealed)
+        projector = Projector(tables)
+        write_batch(tables, projector, Batch(self.stream, [record]))
+        projector.flush()
 
 
 @dataclass(frozen=True, slots=True)

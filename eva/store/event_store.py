@@ -10,13 +10,16 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import msgspec
 
 from eva.core import keys
 from eva.core.address import Address, address_at
+from eva.core.chain import seal, seal_before, seals
 from eva.core.events import (
     AnyEvent,
+    DamagedLog,
     LineWritten,
     MessageEdited,
     MessagePosted,
@@ -24,7 +27,7 @@ from eva.core.events import (
     decode_event,
     encode_event,
 )
-from eva.core.keys import StreamId
+from eva.core.keys import CHAIN, StreamId
 from eva.core.projection import Projector, Rejected, read_meta
 from eva.core.slots import read_slot, read_slots
 from eva.core.state import (
@@ -38,6 +41,7 @@ from eva.core.tables import Tables
 from eva.store.kv import Backend
 
 READ_CHUNK = 4096
+E = TypeVar("E", bound=AnyEvent)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,12 +98,15 @@ def write_batch(
     if stored is None:
         stored = stored_events(batch)
     count = len(stored)
+    previous = seal_before(tables, batch.stream, first)
     if count == 1:  # a batch of one is the most common: no cursor, no key list
-        tables.put("events", keys.event_key(batch.stream, first), stored[0])
+        key = keys.event_key(batch.stream, first)
+        tables.put("events", key, stored[0])
+        tables.put(CHAIN, key, seal(previous, stored[0]))
     else:
-        tables.put_many(
-            "events", zip(keys.event_keys(batch.stream, first, count), stored, strict=True)
-        )
+        event_keys = keys.event_keys(batch.stream, first, count)
+        tables.put_many("events", zip(event_keys, stored, strict=True))
+        tables.put_many(CHAIN, zip(event_keys, seals(previous, stored), strict=True))
     projector.apply_all(batch.stream, first, batch.events)
     return Appended(batch.stream, first, count, encode_record(projector.meta(batch.stream)))
 
@@ -239,7 +246,7 @@ class EventStore:
     ) -> Iterator[tuple[int, AnyEvent]]:
         """The stream's events from `start`, read in chunks of short transactions."""
         for seq, data in self.raw_events(stream, start, stop):
-            yield seq, decode_event(data)
+            yield seq, decoded(stream, seq, data)
 
     def raw_events(
         self, stream: StreamId, start: int = 0, stop: int | None = None
@@ -266,7 +273,7 @@ class EventStore:
     def event(self, stream: StreamId, seq: int) -> AnyEvent | None:
         with self.backend.reading() as tables:
             data = tables.get("events", keys.event_key(stream, seq))
-        return None if data is None else decode_event(data)
+        return None if data is None else decoded(stream, seq, data)
 
     def index_of(self, stream: StreamId, message_id: int) -> int | None:
         """The channel index of a Discord message id, if stored."""
@@ -364,11 +371,7 @@ class EventStore:
             meta = read_meta(tables, stream)
             if meta is None or meta.row_seq < 0:
                 return None
-            data = tables.get("events", keys.event_key(stream, meta.row_seq))
-        assert data is not None
-        event = decode_event(data)
-        assert isinstance(event, RowPublished)
-        return event
+            return stored_event(tables, stream, meta.row_seq, RowPublished)
 
 
 def read_message(tables: Tables, stream: StreamId, index: int) -> StoredMessage | None:
@@ -391,16 +394,10 @@ def read_messages(
 
 
 def _message_of(tables: Tables, stream: StreamId, slot: MessageSlot) -> StoredMessage:
-    posted_data = tables.get("events", keys.event_key(stream, slot.posted_seq))
-    assert posted_data is not None
-    posted = decode_event(posted_data)
-    assert isinstance(posted, MessagePosted)
+    posted = stored_event(tables, stream, slot.posted_seq, MessagePosted)
     content, attachments, edited = posted.content, posted.attachments, posted.edited_at_ms
     if slot.content_seq != slot.posted_seq:
-        edit_data = tables.get("events", keys.event_key(stream, slot.content_seq))
-        assert edit_data is not None
-        edit = decode_event(edit_data)
-        assert isinstance(edit, MessageEdited)
+        edit = stored_event(tables, stream, slot.content_seq, MessageEdited)
         content, attachments, edited = edit.content, edit.attachments, edit.at_ms
     return StoredMessage(posted, content, attachments, edited, slot.deleted)
 
@@ -413,11 +410,33 @@ def read_line(tables: Tables, stream: StreamId, start: int, size: int) -> LineWr
 
 def _line_of(tables: Tables, stream: StreamId, slot_data: bytes) -> LineWritten:
     """The line event a line slot points at."""
-    line_data = tables.get("events", keys.event_key(stream, decode_line_slot(slot_data).seq))
-    assert line_data is not None
-    line = decode_event(line_data)
-    assert isinstance(line, LineWritten)
-    return line
+    return stored_event(tables, stream, decode_line_slot(slot_data).seq, LineWritten)
+
+
+def stored_event(tables: Tables, stream: StreamId, seq: int, kind: type[E]) -> E:
+    """The event at `seq`, which a projection says is a `kind`; DamagedLog if it is
+    missing, does not decode, or is another kind."""
+    data = tables.get("events", keys.event_key(stream, seq))
+    if data is None:
+        raise DamagedLog(f"{stream}: event {seq} is missing from the log")
+    event = decoded(stream, seq, data)
+    if not isinstance(event, kind):
+        raise DamagedLog(
+            f"{stream}: event {seq} is a {type(event).__name__} where a {kind.__name__} was "
+            "expected: the projections do not fit the log (`eva replay --repair`)"
+        )
+    return event
+
+
+def decoded(stream: StreamId, seq: int, data: bytes) -> AnyEvent:
+    """An event from its stored bytes; DamagedLog, naming it, if they do not decode."""
+    try:
+        return decode_event(data)
+    except (msgspec.DecodeError, msgspec.ValidationError) as error:
+        raise DamagedLog(
+            f"{stream}: event {seq} does not decode ({error}); `eva replay` checks the "
+            "whole log"
+        ) from None
 
 
 class _BatchRefused(Exception):

@@ -22,12 +22,14 @@ from typing import Any, TypeVar
 
 import lmdb
 
+from eva.core.chain import seal_all
 from eva.core.forget import record_forgotten
 from eva.core.keys import (
     ALL_TABLES,
     DISCORD_IDS_BY_MESSAGE,
     FORGOTTEN_IN_RECORDS,
     LAYOUT,
+    LOGS_SEALED,
     MESSAGE_SLOTS_IN_BLOCKS,
     Table,
     stream_first_discord_id_key,
@@ -335,6 +337,7 @@ LAYOUT_STEPS: tuple[tuple[bytes, Callable[[Tables], None]], ...] = (
     (DISCORD_IDS_BY_MESSAGE, _discord_ids_by_message),
     (MESSAGE_SLOTS_IN_BLOCKS, hold_open_slots),
     (FORGOTTEN_IN_RECORDS, record_forgotten),
+    (LOGS_SEALED, seal_all),
 )
 """How a data directory is brought to the layout used now, in order: each step under the
 `layout` entry that marks it taken."""

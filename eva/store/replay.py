@@ -1,7 +1,8 @@
 # Replay against the live store: rebuild each stream and compare, byte for byte.
 #
 # One read transaction per stream, so the events and the live projections it
-# compares are the same snapshot even while a writer keeps appending. A long
+# compares are the same snapshot even while a writer keeps appending. The
+# log's seals are checked as the rebuild reads it (eva.core.chain). A long
 # stream's recall index is rebuilt by an index worker process from the index
 # changes this process hands it, while this process rebuilds the rest and
 # digests the live tables; the two halves meet in the digests. A short
@@ -14,7 +15,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import msgspec
+
 from eva.core import keys
+from eva.core.chain import ChainCheck, ChainChecker, check_stream
 from eva.core.digest import (
     TableDigests,
     combined_digest,
@@ -22,8 +26,9 @@ from eva.core.digest import (
     encoded_digest,
     encoded_rows,
 )
-from eva.core.keys import DISCORD_IDS, PROJECTION_TABLES, StreamId
-from eva.core.projection import read_meta
+from eva.core.events import decode_event
+from eva.core.keys import CHAIN, DISCORD_IDS, PROJECTION_TABLES, StreamId
+from eva.core.projection import Rejected, read_meta
 from eva.core.recall_index import POSTINGS
 from eva.core.replay import discord_id_rows, projection_rows, rebuild, rebuilt_digests
 from eva.core.tables import Tables
@@ -42,10 +47,18 @@ class ReplayResult:
     live_digest: str
     rebuilt_digest: str
     differing: tuple[str, ...]
+    log: ChainCheck | None = None  # the log's seals, if they were checked
+    damaged: str = ""  # why the log could not be replayed at all
 
     @property
     def ok(self) -> bool:
-        return not self.differing and self.live_digest == self.rebuilt_digest
+        sealed = self.log is None or self.log.ok
+        return (
+            sealed
+            and not self.damaged
+            and not self.differing
+            and self.live_digest == self.rebuilt_digest
+        )
 
 
 def replay_stream(
@@ -53,15 +66,40 @@ def replay_stream(
     stream: StreamId,
     progress: Callable[[int], None] | None = None,
     *,
+    check_seals: bool = True,
     index_worker_min_events: int = INDEX_WORKER_MIN_EVENTS,
 ) -> ReplayResult:
-    """Rebuild one stream's projections from its events and compare with the live ones."""
+    """Rebuild one stream's projections from its events and compare with the live ones,
+    checking the log's seals on the way (eva.core.chain) unless told not to.
+
+    A log that cannot be replayed (an event that does not decode, or one the
+    projections refuse) gives a result that says which event, never an error.
+    """
     meta = store.meta(stream)
-    with no_cyclic_gc():
-        if meta is None or meta.position < index_worker_min_events:
-            return _replay(store, stream, progress, None)
-        with open_index_worker() as worker:
-            return _replay(store, stream, progress, worker)
+    try:
+        with no_cyclic_gc():
+            if meta is None or meta.position < index_worker_min_events:
+                return _replay(store, stream, progress, None, check_seals)
+            with open_index_worker() as worker:
+                return _replay(store, stream, progress, worker, check_seals)
+    except (msgspec.DecodeError, msgspec.ValidationError, Rejected) as error:
+        return _damaged(store, stream, error)
+
+
+def _damaged(store: EventStore, stream: StreamId, error: Exception) -> ReplayResult:
+    """The result for a log the rebuild stopped in: the first event that does not
+    decode, or else what the projections refused, with the seals' verdict."""
+    prefix = keys.stream_prefix(stream)
+    with store.backend.reading() as tables:
+        log = check_stream(tables, stream)
+        why = f"the rebuild stopped: {error}"
+        for key, data in tables.scan("events", prefix, keys.prefix_end(prefix)):
+            try:
+                decode_event(data)
+            except (msgspec.DecodeError, msgspec.ValidationError) as failure:
+                why = f"event {keys.seq_of(key)} does not decode ({failure})"
+                break
+    return ReplayResult(stream, log.events, "", "", (), log, why)
 
 
 def _replay(
@@ -69,8 +107,9 @@ def _replay(
     stream: StreamId,
     progress: Callable[[int], None] | None,
     worker: IndexWorker | None,
+    check_seals: bool,
 ) -> ReplayResult:
-    events, live, rebuilt = _rebuild_and_digest(store, stream, progress, worker)
+    events, live, rebuilt, log = _rebuild_and_digest(store, stream, progress, worker, check_seals)
     if worker is not None:  # the postings were rebuilt there
         rebuilt[POSTINGS] = worker.compare() or live[POSTINGS]
     return ReplayResult(
@@ -79,6 +118,7 @@ def _replay(
         live_digest=combined_digest(live),
         rebuilt_digest=combined_digest(rebuilt),
         differing=tuple(differing_tables(live, rebuilt)),
+        log=log,
     )
 
 
@@ -87,8 +127,10 @@ def _rebuild_and_digest(
     stream: StreamId,
     progress: Callable[[int], None] | None,
     worker: IndexWorker | None,
-) -> tuple[int, TableDigests, TableDigests]:
-    """Events applied, live and rebuilt digests: all but the worker's part.
+    check_seals: bool,
+) -> tuple[int, TableDigests, TableDigests, ChainCheck | None]:
+    """Events applied, live and rebuilt digests, the seals' verdict: all but the
+    worker's part.
 
     The tables it builds are dropped when it returns, while the worker may
     still be finishing.
@@ -104,12 +146,15 @@ def _rebuild_and_digest(
         encoded = {table: encoded_rows(rows) for table, rows in live_rows.items()}
         if worker is not None:
             worker.send_live(encoded[POSTINGS])
+        events = tables.scan("events", prefix, end)
+        checker = ChainChecker(stream, tables.scan(CHAIN, prefix, end)) if check_seals else None
         rebuilt_tables = rebuild(
             stream,
-            tables.scan("events", prefix, end),
+            events if checker is None else checker.follow(events),
             progress,
             None if worker is None else worker.write,
         )
+        log = None if checker is None else checker.finish()
         made = (key for key, _ in rebuilt_tables.rows(DISCORD_IDS))
         live_rows[DISCORD_IDS] = discord_id_rows(tables, stream, made)
         encoded[DISCORD_IDS] = encoded_rows(live_rows[DISCORD_IDS])
@@ -119,7 +164,7 @@ def _rebuild_and_digest(
     live: TableDigests = {table: encoded_digest(data) for table, data in encoded.items()}
     rebuilt = rebuilt_digests(rebuilt_tables, live_rows, live)
     meta = read_meta(rebuilt_tables, stream)
-    return 0 if meta is None else meta.position, live, rebuilt
+    return 0 if meta is None else meta.position, live, rebuilt, log
 
 
 def _prepare_the_latest(worker: IndexWorker) -> None:
