@@ -117,6 +117,43 @@ def mention(eva: User) -> str:
 # -- messages into streams ----------------------------------------------------------------
 
 
+async def test_commits_the_disk_refuses_are_stored_again_in_order(
+    fake: FakeDiscord, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While the disk refuses commits (as when it is full), no message is lost: each channel
+    submits its refused posts again, in order, until they land; the bot keeps serving."""
+    guild, alice, _bob, _eva = world(fake)
+    general, random = guild.general, guild.channels[1]
+    data = tmp_path / "data"
+    refusing = {"commits": 0}
+    append_many = EventStore.append_many
+
+    def full_disk(self: EventStore, *args: Any, **kwargs: Any) -> Any:
+        if refusing["commits"] > 0:
+            refusing["commits"] -= 1
+            raise OSError(28, "No space left on device")
+        return append_many(self, *args, **kwargs)
+
+    monkeypatch.setattr(EventStore, "append_many", full_disk)
+    live = LiveSettings(write_process=False, retry_first_seconds=0.05, retry_most_seconds=0.2)
+    async with eva_running(fake, data, live=live):
+        fake.post_message(guild.id, general.id, alice, "before the disk filled")
+        store = store_of(data)
+        stream = StreamId(guild.id, general.id)
+        await until(lambda: texts(store, stream) == ["before the disk filled"])
+        refusing["commits"] = 6
+        wanted: dict[int, list[str]] = {general.id: ["before the disk filled"], random.id: []}
+        for i in range(12):
+            channel = (general, random)[i % 2]
+            fake.post_message(guild.id, channel.id, alice, f"while full {i}")
+            wanted[channel.id].append(f"while full {i}")
+        for channel_id, texts_wanted in wanted.items():
+            each, count = StreamId(guild.id, channel_id), len(texts_wanted)
+            await until(lambda s=each, n=count: len(texts(store, s)) >= n, 15)
+            assert texts(store, each) == texts_wanted
+    assert refusing["commits"] == 0
+
+
 async def test_messages_land_in_their_channel_streams_in_order(
     fake: FakeDiscord, tmp_path: Path
 ) -> None:

@@ -171,6 +171,12 @@ def test_a_flipped_byte_is_reported_by_replay_and_refused_by_audit(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "broken at event 40" in err
     assert eva("audit", "9/1", data=data) == 0  # the other channel is sound
+    # a command that reads the altered message refuses it, naming it, instead of showing it
+    capsys.readouterr()
+    assert eva("zoom", "9/2", "40+1", data=data) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "event 40 does not match its seal" in err
+    assert eva("zoom", "9/2", "41+1", data=data) == 0  # its neighbour is sound
 
 
 def test_an_event_that_does_not_decode_is_named_and_no_command_shows_a_traceback(

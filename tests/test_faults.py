@@ -136,7 +136,9 @@ def test_a_damaged_record_ends_in_one_line(
     status = main(["memory", "friends", "--data", str(data)])
     err = capsys.readouterr().err
     assert status == 1
-    assert "event 1 does not decode" in err and "damaged" in err and "Traceback" not in err
+    # every event read is checked against its seal before it is decoded
+    assert "event 1 does not match its seal" in err and "damaged" in err
+    assert "Traceback" not in err and err.count("\n") == 1
     # the audit checks the log's seals first, and names the first event that broke them
     assert main(["audit", "friends", "--data", str(data)]) == 1
     err = capsys.readouterr().err

@@ -442,6 +442,8 @@ def _scan_export(text: str) -> Iterator[tuple[str, int, int, Any]]:
             at = error.pos if isinstance(error, json.JSONDecodeError) else position
             reason = error.msg if isinstance(error, json.JSONDecodeError) else str(error)
             raise _Stop(at, reason, complete) from None
+        except RecursionError:
+            raise _Stop(position, "arrays or objects nested too deeply", complete) from None
 
     position = expect(0, "{", "a JSON object")
     position = skip(position + 1)

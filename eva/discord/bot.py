@@ -59,26 +59,30 @@ from eva.core.settings import MemorySettings, ModelSettings
 from eva.discord.answer import Answerer
 from eva.discord.bridge import aio, run_trio
 from eva.discord.history import History
-from eva.discord.lanes import Backfill, Change, Ingest, Job, Lane
+from eva.discord.lanes import Backfill, Change, Ingest, Job, Lane, StoreAgain
 from eva.discord.mapping import (
     delete_of,
     edit_of,
     stream_of,
 )
 from eva.discord.messages import mention_names
-from eva.discord.payloads import PayloadError, asks_eva, chat_post
+from eva.discord.payloads import PayloadError, asks_eva, chat_post, chat_stream
 from eva.discord.reply_sender import ReplySender
 from eva.live.actor import Request
 from eva.live.inputs import Describe, Edit, Post
 from eva.live.supervisor import Supervisor, wall_clock_ms
 from eva.live.urgency import Urgency
 from eva.store.event_store import EventStore
+from eva.store.write_process import WriteProcessError
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
 COMMANDS_MODULE = "eva.discord.commands"
+COMMIT_FAILURES = (OSError, WriteProcessError)
+"""What a commit that failed as a whole raises (the disk refused, the write process went):
+nothing of it landed, so its posts are stored again."""
 NO_COMMANDS_TEXT = "Commands are not available yet."
 CLOSE_TIMEOUT_S = 5.0
 DRAIN_TIMEOUT_S = 5.0
@@ -316,7 +320,7 @@ class EvaBot:
         if post is None:
             return
         asks = asks_eva(payload, self.eva_id)
-        stream = stream_of(payload["guild_id"], payload["channel_id"])
+        stream = chat_stream(payload)
         if asks:
             self._take_question(stream, post)
         else:
@@ -434,6 +438,7 @@ class EvaBot:
                             break
                         batch.append(queued)
                     await self._do_all(stream, lane, batch)
+                    await self._store_failed_again(stream, lane)
             await lane.all_answered()
         finally:
             self._lane_tasks -= 1
@@ -453,7 +458,10 @@ class EvaBot:
             assert not isinstance(job, Ingest)
             await lane.all_answered()  # it reads what is stored: the posts ahead are, first
             try:
-                await self._do(stream, job)
+                if isinstance(job, StoreAgain):
+                    await self._store_failed_again(stream, lane)
+                else:
+                    await self._do(stream, job)
             except Exception:  # one bad event must not stop the channel
                 log.exception("channel %s failed on %r", stream, job)
             finally:
@@ -462,14 +470,50 @@ class EvaBot:
                     job.done.set()
 
     def _answered(self, stream: StreamId, lane: Lane, ingest: Ingest, request: Request) -> None:
-        """A post's answer: tell the watcher, answer a question, mark it done."""
+        """A post's answer: tell the watcher, answer a question, mark it done; a post whose
+        commit the machine refused (a full disk) stays not done, to be stored again."""
         try:
-            self._after_ingest(stream, ingest, request.answered())
+            index = request.answered()
+        except COMMIT_FAILURES as error:
+            if not lane.failed:
+                self._enqueue(stream, StoreAgain())
+            lane.failed.append(ingest)
+            log.warning("channel %s: a message could not be stored (%s); will try again",
+                        stream, error)
+            lane.answered()
+            return
+        except Exception:  # one bad event must not stop the channel
+            log.exception("channel %s failed on %r", stream, ingest)
+            index = None
+        try:
+            self._after_ingest(stream, ingest, index)
         except Exception:  # one bad event must not stop the channel
             log.exception("channel %s failed on %r", stream, ingest)
         finally:
             self._done(lane, ingest)
             lane.answered()
+
+    async def _store_failed_again(self, stream: StreamId, lane: Lane) -> None:
+        """Submit again, in order, the posts whose commit failed, waiting longer each time,
+        until none fails; the lane's later jobs wait meanwhile. Other channels go on."""
+        delay = self.supervisor.shared.live.retry_first_seconds
+        while True:
+            await lane.all_answered()
+            if not lane.failed:
+                return
+            failed, lane.failed = lane.failed, []
+            if self._closing:  # stopping: what the disk still refuses is fetched next start
+                log.error("channel %s: %d messages could not be stored before stopping; the "
+                          "next start reads them back from Discord", stream, len(failed))
+                for ingest in failed:
+                    self._done(lane, ingest)
+                return
+            await trio.sleep(delay)
+            delay = min(delay * 2, self.supervisor.shared.live.retry_most_seconds)
+            lane.submitted(len(failed))
+            requests = await self.supervisor.submit_all(stream, [one.post for one in failed])
+            for ingest, request in zip(failed, requests, strict=True):
+                request.when_answered(partial(self._answered, stream, lane, ingest))
 
     def _done(self, lane: Lane, job: Job) -> None:
         lane.done(job)

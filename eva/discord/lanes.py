@@ -46,7 +46,13 @@ class Backfill:
     stored: int = 0
 
 
-Job = Ingest | Change | Backfill
+@dataclass(frozen=True, slots=True)
+class StoreAgain:
+    """Submit again the posts whose commit failed (a post that skipped the lane failed
+    while the lane's task waited for a job: this wakes it)."""
+
+
+Job = Ingest | Change | Backfill | StoreAgain
 
 
 class Lane:
@@ -61,6 +67,7 @@ class Lane:
         self.queued = 0  # put and not taken by the lane's task yet
         self.waiting = False  # the lane's task waits for a job
         self.unanswered = 0  # posts submitted and not answered yet
+        self.failed: list[Ingest] = []  # posts whose commit failed, to be submitted again
         self._answered: trio.Event | None = None
 
     def idle(self) -> bool:

@@ -7,6 +7,7 @@
 # Reads never hold a transaction across an await: they return plain values.
 from __future__ import annotations
 
+import struct
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -81,11 +82,13 @@ def stored_events(batch: Batch) -> list[bytes]:
     stored = []
     for offset, event in enumerate(batch.events):
         try:
-            stored.append(encode_event(event))
-        except (OverflowError, TypeError, ValueError) as error:
+            data = encode_event(event)
+            decode_event(data)  # what cannot be read back is never stored (about 1 µs)
+        except (OverflowError, TypeError, ValueError, msgspec.ValidationError) as error:
             raise Rejected(
                 f"{batch.stream}: event {offset} of the batch cannot be stored: {error}"
             ) from error
+        stored.append(data)
     return stored
 
 
@@ -107,7 +110,12 @@ def write_batch(
         event_keys = keys.event_keys(batch.stream, first, count)
         tables.put_many("events", zip(event_keys, stored, strict=True))
         tables.put_many(CHAIN, zip(event_keys, seals(previous, stored), strict=True))
-    projector.apply_all(batch.stream, first, batch.events)
+    try:
+        projector.apply_all(batch.stream, first, batch.events)
+    except (struct.error, OverflowError, TypeError) as error:  # a field out of its range
+        raise Rejected(
+            f"{batch.stream}: the batch does not fit the projections: {error}"
+        ) from error
     return Appended(batch.stream, first, count, encode_record(projector.meta(batch.stream)))
 
 
@@ -244,9 +252,41 @@ class EventStore:
     def events(
         self, stream: StreamId, start: int = 0, stop: int | None = None
     ) -> Iterator[tuple[int, AnyEvent]]:
-        """The stream's events from `start`, read in chunks of short transactions."""
-        for seq, data in self.raw_events(stream, start, stop):
+        """The stream's events from `start`, read in chunks of short transactions, each
+        checked against its seal (DamagedLog names the first that does not match)."""
+        previous: bytes | None = None
+        for seq, data, sealed in self._sealed_events(stream, start, stop):
+            if previous is None:
+                with self.backend.reading() as tables:
+                    previous = seal_before(tables, stream, seq)
+            previous = seal(previous, data)
+            if sealed != previous:
+                raise altered(stream, seq)
             yield seq, decoded(stream, seq, data)
+
+    def _sealed_events(
+        self, stream: StreamId, start: int, stop: int | None
+    ) -> Iterator[tuple[int, bytes, bytes | None]]:
+        """`raw_events` with each event's stored seal."""
+        position = start
+        end = (
+            keys.event_key(stream, stop)
+            if stop is not None
+            else keys.prefix_end(keys.stream_prefix(stream))
+        )
+        while True:
+            with self.backend.reading() as tables:
+                chunk = []
+                for key, data in tables.scan("events", keys.event_key(stream, position), end):
+                    sealed = tables.get(CHAIN, key)
+                    kept = None if sealed is None else bytes(sealed)
+                    chunk.append((keys.seq_of(key), data, kept))
+                    if len(chunk) == READ_CHUNK:
+                        break
+            yield from chunk
+            if len(chunk) < READ_CHUNK:
+                return
+            position = chunk[-1][0] + 1
 
     def raw_events(
         self, stream: StreamId, start: int = 0, stop: int | None = None
@@ -272,8 +312,7 @@ class EventStore:
 
     def event(self, stream: StreamId, seq: int) -> AnyEvent | None:
         with self.backend.reading() as tables:
-            data = tables.get("events", keys.event_key(stream, seq))
-        return None if data is None else decoded(stream, seq, data)
+            return read_event(tables, stream, seq)
 
     def index_of(self, stream: StreamId, message_id: int) -> int | None:
         """The channel index of a Discord message id, if stored."""
@@ -416,16 +455,35 @@ def _line_of(tables: Tables, stream: StreamId, slot_data: bytes) -> LineWritten:
 def stored_event(tables: Tables, stream: StreamId, seq: int, kind: type[E]) -> E:
     """The event at `seq`, which a projection says is a `kind`; DamagedLog if it is
     missing, does not decode, or is another kind."""
-    data = tables.get("events", keys.event_key(stream, seq))
-    if data is None:
+    event = read_event(tables, stream, seq)
+    if event is None:
         raise DamagedLog(f"{stream}: event {seq} is missing from the log")
-    event = decoded(stream, seq, data)
     if not isinstance(event, kind):
         raise DamagedLog(
             f"{stream}: event {seq} is a {type(event).__name__} where a {kind.__name__} was "
             "expected: the projections do not fit the log (`eva replay --repair`)"
         )
     return event
+
+
+def read_event(tables: Tables, stream: StreamId, seq: int) -> AnyEvent | None:
+    """The event at `seq` inside an open transaction, checked against its seal; None if
+    there is none; DamagedLog if it does not match its seal or does not decode."""
+    key = keys.event_key(stream, seq)
+    data = tables.get("events", key)
+    if data is None:
+        return None
+    sealed = tables.get(CHAIN, key)
+    if sealed is None or bytes(sealed) != seal(seal_before(tables, stream, seq), data):
+        raise altered(stream, seq)
+    return decoded(stream, seq, data)
+
+
+def altered(stream: StreamId, seq: int) -> DamagedLog:
+    return DamagedLog(
+        f"{stream}: event {seq} does not match its seal: it was altered or damaged after it "
+        "was written; `eva replay` checks the whole log"
+    )
 
 
 def decoded(stream: StreamId, seq: int, data: bytes) -> AnyEvent:

@@ -99,6 +99,8 @@ def _damaged(store: EventStore, stream: StreamId, error: Exception) -> ReplayRes
             except (msgspec.DecodeError, msgspec.ValidationError) as failure:
                 why = f"event {keys.seq_of(key)} does not decode ({failure})"
                 break
+    if log.broken is not None and why.startswith("the rebuild stopped"):
+        why = f"{log.broken.why}; {why}"  # the seals name the event the rebuild tripped on
     return ReplayResult(stream, log.events, "", "", (), log, why)
 
 
