@@ -282,7 +282,9 @@ async def test_registration_records_every_command_with_options_and_permissions(
             world.bot.rest, hikari.Snowflake(world.fake.application_id), []
         )
         global_names = [c["name"] for c in world.fake.commands(None)]
-    names = ["forget-me", "memory", "recall", "zoom", "privacy", "forget-member", "backfill"]
+    names = [
+        "forget-me", "memory", "recall", "zoom", "privacy", "my-data", "forget-member", "backfill"
+    ]
     assert list(registered) == names
     assert global_names == names
     assert [b.name for b in command_definitions()] == names
@@ -296,6 +298,7 @@ async def test_registration_records_every_command_with_options_and_permissions(
         "recall": [("query", 3, True)],
         "zoom": [("address", 3, True)],
         "privacy": [],
+        "my-data": [],
         "forget-member": [("member", 6, True)],
         "backfill": [],
     }
@@ -331,6 +334,18 @@ def test_long_tool_output_is_cut_to_one_discord_message() -> None:
     assert block.endswith(texts.CUT_NOTE)
     assert block.count("```") == 2  # the fences inside the text cannot close the block
     assert texts.fitted_block("short") == "```\nshort\n```"
+
+
+async def test_my_data_answers_with_a_file_only_the_asker_sees(tmp_path: Path) -> None:
+    async with running(tmp_path) as world:
+        sent = world.command(world.bob, "my-data")
+        response = await world.response(sent)
+        content = await world.edited(sent, lambda text: "What I keep about you" in text)
+        edits = world.fake.requests("PATCH", f"/webhooks/*/{sent['token']}/messages/@original")
+    assert (response.type, response.ephemeral) == (5, True)  # deferred, ephemeral
+    bobs = len(world.said[world.bob.id])
+    assert f"user {world.bob.id} " in content and f"{bobs} messages" in content
+    assert [r.files for r in edits if r.files] == [(f"eva-data-{world.bob.id}.json",)]
 
 
 async def test_privacy_answers_ephemerally(tmp_path: Path) -> None:

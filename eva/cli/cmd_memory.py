@@ -17,6 +17,7 @@ from eva.cli.common import (
 )
 from eva.core.block import ShownMessage
 from eva.core.recall import render_view
+from eva.core.render import visible
 from eva.memory.view import (
     RECALL_CAP_BYTES,
     RowText,
@@ -88,7 +89,7 @@ def run_memory(args: argparse.Namespace) -> int:
     store = open_store(args.data)
     stream = find_stream(store, args.channel)
     if not args.json:
-        print(memory_text(store, stream, settings))
+        print(visible(memory_text(store, stream, settings)))
         return 0
     meta = store.meta(stream)
     row = store.published_row(stream)
@@ -129,7 +130,7 @@ def run_zoom(args: argparse.Namespace) -> int:
             }
         )
     else:
-        print(zoomed.text)
+        print(visible(zoomed.text))
     return 0
 
 
@@ -146,5 +147,5 @@ def run_recall(args: argparse.Namespace) -> int:
         value["channel"] = str(stream)
         print_json(value)
     else:
-        print(render_view(view, args.cap))
+        print(visible(render_view(view, args.cap)))
     return 0

@@ -28,6 +28,7 @@ COMMANDS: dict[str, str] = {
     "recall": "eva.cli.cmd_memory",
     "demo": "eva.cli.cmd_demo",
     "forget": "eva.cli.cmd_forget",
+    "export": "eva.cli.cmd_export",
     "verify-erased": "eva.cli.cmd_forget",
     "serve-local": "eva.cli.cmd_serve",
     "status": "eva.cli.cmd_status",

@@ -89,6 +89,17 @@ def date_span(first_ms: int, last_ms: int, tz: tzinfo = UTC) -> str:
     return first_day if first_day == last_day else f"{first_day}..{last_day}"
 
 
+# Characters a terminal acts on instead of showing: C0 and C1 controls but tab and line
+# feed, and the controls of text direction, which can make a line read backwards.
+_UNSEEN = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def visible(text: str) -> str:
+    """`text` for a person's terminal: each control character shown as `<U+XXXX>`, so
+    that none moves the cursor, rings, or turns the line around. JSON keeps text exact."""
+    return _UNSEEN.sub(lambda m: f"<U+{ord(m.group(0)):04X}>", text)
+
+
 _OUR_TAGS = re.compile(r"<(/?)(memory)\b", re.IGNORECASE)
 
 

@@ -39,7 +39,11 @@ record that a forget happened, with a hashed id and counts, no content.
 - Deleting a message in Discord erases it from her memory too. Editing one replaces the old \
 text, and the lines made from it are made again.
 - Moderators can forget a member with `/forget-member`.
-Messages you write after a forget are remembered again as usual."""
+Messages you write after a forget are remembered again as usual.
+
+**What she keeps about you**
+`/my-data` sends you, and only you, a file with every message of yours she has stored and \
+every line of memory that credits you."""
 
 FORGET_ME_ASK = (
     "This erases every message you wrote in this server from Eva's memory, and every line "
@@ -187,3 +191,12 @@ def _count(number: int, noun: str) -> str:
 
 def _size(size: int) -> str:
     return f"{size} bytes" if size < 1024 else f"{size / 1024:.1f} KiB"
+
+
+def my_data(summary: str) -> str:
+    """The answer to /my-data, beside the file that holds the data."""
+    return (
+        f"What I keep about you here: {summary}. The attached file holds every message of "
+        "yours I have stored and every line of my memory that credits you, with its dates. "
+        "Only you can see this. `/forget-me` erases it all."
+    )

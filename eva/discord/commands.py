@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Final, Literal, Protocol, TypeVar
 
 import hikari
+import msgspec
 
 from eva.core.events import ForgetBy
 from eva.core.keys import StreamId
@@ -28,6 +29,7 @@ from eva.discord.mapping import stream_of
 from eva.live.inputs import Recall, Zoom
 from eva.live.supervisor import Supervisor
 from eva.memory.forget import ErasureFailed, ForgetReport
+from eva.memory.person import person_data, summary
 from eva.memory.view import RowText, Zoomed, ZoomError, channel_zone, row_lines, tail_messages
 from eva.store.event_store import EventStore
 
@@ -40,6 +42,7 @@ MEMORY: Final = "memory"
 RECALL: Final = "recall"
 ZOOM: Final = "zoom"
 PRIVACY: Final = "privacy"
+MY_DATA: Final = "my-data"
 FORGET_MEMBER: Final = "forget-member"
 BACKFILL: Final = "backfill"
 # Registered as the default for moderators' commands; either permission passes the check.
@@ -93,6 +96,7 @@ def command_definitions() -> list[hikari.api.SlashCommandBuilder]:
         _slash(RECALL, "Search this channel's messages, as Eva does", _text("query", "Words")),
         _slash(ZOOM, "Open a line of Eva's memory into its halves", _text("address", address)),
         _slash(PRIVACY, "What Eva stores, for how long, and how to be forgotten"),
+        _slash(MY_DATA, "What Eva keeps about you in this server, as a file only you see"),
         _slash(FORGET_MEMBER, "Erase a member's messages from Eva's memory", member, mod=True),
         _slash(BACKFILL, "Fetch the messages of this channel that Eva missed", mod=True),
     ]
@@ -185,11 +189,18 @@ class _Answer:
         self.interaction = interaction
         self.started = False
 
-    async def say(self, text: str, components: Sequence[hikari.api.ComponentBuilder] = ()) -> None:
-        """A new ephemeral message, or (once answered) the answer edited to `text`."""
+    async def say(
+        self,
+        text: str,
+        components: Sequence[hikari.api.ComponentBuilder] = (),
+        attachment: hikari.Resourceish | None = None,
+    ) -> None:
+        """A new ephemeral message, or (once answered) the answer edited to `text`; an
+        `attachment` goes only with an edit (answer `defer` first)."""
         if self.started:
             await self.interaction.edit_initial_response(
                 text,
+                attachment=attachment if attachment is not None else hikari.UNDEFINED,
                 components=components,
                 mentions_everyone=False,
                 user_mentions=False,
@@ -286,6 +297,14 @@ async def _command(
             else:
                 ask = texts.FORGET_MEMBER_ASK.format(name=f"<@{target}>")
                 await answer.say(ask, [_buttons(FORGET_MEMBER, user, target)])
+        case "my-data":
+            await answer.defer()
+            data = await _read(context, lambda: person_data(context.store, user, stream.guild_id))
+            document = msgspec.json.format(msgspec.json.encode(data), indent=2)
+            await answer.say(
+                texts.my_data(summary(data)),
+                attachment=hikari.Bytes(document, f"eva-data-{user}.json"),
+            )
         case "memory":
             await answer.say(await _memory(context, stream))
         case "recall":

@@ -278,14 +278,17 @@ class FakeMessagesAPI:
         headers: dict[str, str] | None = None,
     ) -> None:
         data = json.dumps(body).encode()
-        handler.send_response(status)
-        handler.send_header("content-type", "application/json")
-        handler.send_header("content-length", str(len(data)))
-        handler.send_header("request-id", f"req_{status}")
-        for name, value in (headers or {}).items():
-            handler.send_header(name, value)
-        handler.end_headers()
-        handler.wfile.write(data)
+        try:
+            handler.send_response(status)
+            handler.send_header("content-type", "application/json")
+            handler.send_header("content-length", str(len(data)))
+            handler.send_header("request-id", f"req_{status}")
+            for name, value in (headers or {}).items():
+                handler.send_header(name, value)
+            handler.end_headers()
+            handler.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):  # the client gave up (its time-out)
+            handler.close_connection = True
 
     @staticmethod
     def _drop(handler: BaseHTTPRequestHandler, body: JSON) -> None:

@@ -1,0 +1,55 @@
+# `eva export --user ID`: what Eva keeps about one person, as they have the right to ask.
+from __future__ import annotations
+
+import argparse
+
+import msgspec
+
+from eva.cli.common import UserError, add_data_option, add_json_option, open_store, print_json
+from eva.core.render import visible
+from eva.memory.person import person_data, summary
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "export",
+        help="what Eva keeps about one person: their messages, the lines that credit them",
+        description=(
+            "Print one person's data as Eva keeps it: every stored message of theirs, every "
+            "line of the memory whose authors include them (with its address and dates), "
+            "and the records that concern them (forgets, Eva's replies to them). Nobody "
+            "else's messages are included; a line may quote others, as the memory does. "
+            "With --json, one object whose `messages` and `lines` hold one entry each."
+        ),
+    )
+    parser.add_argument("--user", type=int, required=True, help="the person's Discord user id")
+    parser.add_argument("--guild", type=int, help="only this guild (default: every guild)")
+    add_data_option(parser)
+    add_json_option(parser)
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.user <= 0:
+        raise UserError(f"--user must be a Discord user id, not {args.user}")
+    store = open_store(args.data)
+    data = person_data(store, args.user, args.guild)
+    if args.json:
+        print_json(msgspec.to_builtins(data))
+        return 0
+    print(summary(data))
+    for message in data.messages:
+        edited = " (edited)" if message.edited else ""
+        files = "".join(f" [{name}]" for name in message.attachments)
+        print(f"{message.at} #{message.channel_name} [{message.index}]{edited} "
+              f"{visible(message.content)}{files}")
+    if data.lines:
+        print("lines of Eva's memory that credit them:")
+    for line in data.lines:
+        print(f"{line.channel} {line.address} {line.first[:10]}..{line.last[:10]} "
+              f"{visible(line.text)}")
+    if data.records:
+        print("records that concern them:")
+    for record in data.records:
+        print(f"{record.at} {record.channel} #{record.seq} {record.detail}")
+    return 0

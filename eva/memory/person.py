@@ -1,0 +1,175 @@
+# What Eva keeps about one person: their messages, the lines that credit them, and the
+# records that concern them (forgets, Eva's replies to them).
+#
+# Shell: reads the store, channel by channel, in short transactions. It never gives
+# anyone else's message text: only the person's own messages, and the lines whose authors
+# include them (a line may quote others, as Eva's memory does). While a forget of the
+# person is under way their words are withheld here too.
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import msgspec
+
+from eva.core.address import Address, format_address
+from eva.core.audit import describe
+from eva.core.events import (
+    ForgetApplied,
+    ForgetRequested,
+    LineWritten,
+    MessagesErased,
+    ReplyWritten,
+    event_tag,
+)
+from eva.core.forget import person_hash
+from eva.core.keys import StreamId
+from eva.store.event_store import EventStore
+
+
+class PersonMessage(msgspec.Struct, frozen=True, kw_only=True):
+    channel: str
+    channel_name: str
+    index: int
+    message_id: int
+    at: str
+    content: str
+    attachments: tuple[str, ...] = ()
+    edited: bool = False
+
+
+class PersonLine(msgspec.Struct, frozen=True, kw_only=True):
+    channel: str
+    address: str
+    first: str
+    last: str
+    text: str
+    how: str
+
+
+class PersonRecord(msgspec.Struct, frozen=True, kw_only=True):
+    channel: str
+    seq: int
+    at: str
+    kind: str
+    detail: str
+
+
+class PersonData(msgspec.Struct, kw_only=True):
+    """One person's data as Eva keeps it."""
+
+    user_id: int
+    person_hash: str
+    channels: list[str] = msgspec.field(default_factory=list)
+    messages: list[PersonMessage] = msgspec.field(default_factory=list)
+    lines: list[PersonLine] = msgspec.field(default_factory=list)
+    records: list[PersonRecord] = msgspec.field(default_factory=list)
+    deleted_messages: int = 0  # deleted or erased: counted, never shown
+    withheld_channels: list[str] = msgspec.field(default_factory=list)  # a forget under way
+
+
+def iso(at_ms: int) -> str:
+    return datetime.fromtimestamp(at_ms / 1000, UTC).isoformat(timespec="seconds")
+
+
+def person_data(store: EventStore, user_id: int, guild: int | None = None) -> PersonData:
+    """Everything the store keeps about `user_id`, in every channel (or one guild's)."""
+    hashed = person_hash(user_id)
+    data = PersonData(user_id=user_id, person_hash=hashed)
+    for meta in store.streams():
+        if guild is not None and meta.guild_id != guild:
+            continue
+        stream = StreamId(meta.guild_id, meta.channel_id)
+        channel = f"{stream.guild_id}/{stream.channel_id}"
+        withheld = hashed in meta.forgetting
+        theirs: set[int] = set()
+        found = False
+        for index, message in store.messages(stream, 0, meta.messages):
+            if message.posted.author_id != user_id:
+                continue
+            found = True
+            if message.deleted:
+                data.deleted_messages += 1
+                continue
+            theirs.add(message.posted.message_id)
+            if withheld:
+                continue
+            data.messages.append(
+                PersonMessage(
+                    channel=channel,
+                    channel_name=meta.channel_name,
+                    index=index,
+                    message_id=message.posted.message_id,
+                    at=iso(message.posted.at_ms),
+                    content=message.content,
+                    attachments=message.attachments,
+                    edited=message.edited_at_ms is not None,
+                )
+            )
+        records, credited = _records_and_lines(store, stream, channel, hashed, user_id, theirs)
+        if withheld:
+            data.withheld_channels.append(channel)
+        else:
+            for start, size in sorted(credited):
+                line = store.line(stream, start, size)
+                if line is not None and user_id in line.authors:
+                    data.lines.append(_line(channel, line))
+        data.records.extend(records)
+        if found or records:
+            data.channels.append(channel)
+    return data
+
+
+def _records_and_lines(
+    store: EventStore, stream: StreamId, channel: str, hashed: str, user_id: int,
+    theirs: set[int],
+) -> tuple[list[PersonRecord], set[tuple[int, int]]]:
+    """The records that concern the person (forgets under their hash, Eva's replies to
+    their messages) and the addresses of every line ever written crediting them."""
+    records: list[PersonRecord] = []
+    credited: set[tuple[int, int]] = set()
+    for seq, event in store.events(stream):
+        match event:
+            case LineWritten() if user_id in event.authors:
+                credited.add((event.start, event.size))
+                continue
+            case ForgetRequested() | ForgetApplied() | MessagesErased() if (
+                event.person_hash == hashed
+            ):
+                pass
+            case ReplyWritten() if event.to_message_id in theirs:
+                pass
+            case _:
+                continue
+        detail, _ = describe(event)
+        records.append(PersonRecord(
+            channel=channel, seq=seq, at=iso(event.at_ms), kind=event_tag(event), detail=detail
+        ))
+    return records, credited
+
+
+def _line(channel: str, line: LineWritten) -> PersonLine:
+    return PersonLine(
+        channel=channel,
+        address=format_address(Address(line.start, line.size)),
+        first=iso(line.first_ms),
+        last=iso(line.last_ms),
+        text=line.text,
+        how=line.how,
+    )
+
+
+def summary(data: PersonData) -> str:
+    """One sentence: where the person's data is and how much of it there is."""
+    where = f"in {len(data.channels)} channel{'s' if len(data.channels) != 1 else ''}"
+    text = (
+        f"user {data.user_id} (recorded as {data.person_hash}) {where}: "
+        f"{len(data.messages)} messages, {len(data.lines)} lines, {len(data.records)} records"
+    )
+    if data.deleted_messages:
+        text += f"; {data.deleted_messages} deleted or erased messages kept without their words"
+    if data.withheld_channels:
+        text += (
+            f"; a forget of them is under way in {len(data.withheld_channels)} channels, "
+            "so their words there are not shown"
+        )
+    return text
