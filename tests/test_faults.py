@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -71,10 +72,16 @@ def test_a_read_only_file_system(
     if remounted.returncode != 0:
         pytest.skip("cannot remount read-only here")
     capsys.readouterr()
-    for args in (["import", str(export)], ["status"], ["build"]):
+    for args in (["import", str(export)], ["build"], ["forget", "--user", "5"]):
         assert main([*args, "--data", str(data)]) == 1
         err = capsys.readouterr().err
-        assert "Read-only file system" in err and "Traceback" not in err, args
+        assert "is read-only here, and this command writes to it" in err, args
+        assert err.count("\n") == 1 and "Traceback" not in err, args
+    # what only reads works on it
+    for args in (["status"], ["memory", "friends"], ["recall", "friends", "trip"],
+                 ["audit", "friends"], ["replay"]):
+        assert main([*args, "--data", str(data)]) == 0, args
+        assert "Traceback" not in capsys.readouterr().err
     assert main(["import", str(export), "--data", str(read_only / "new")]) == 1
     assert "Read-only file system" in capsys.readouterr().err
 
@@ -168,3 +175,33 @@ def test_a_fault_of_evas_own_is_one_line_unless_asked_for_more(
     monkeypatch.setenv("EVA_DEBUG", "1")
     with pytest.raises(RuntimeError, match="a bug"):
         main(["status", "--data", str(data)])
+
+
+def test_a_second_writer_is_told_who_writes(
+    export: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = tmp_path / "data"
+    assert main(["import", str(export), "--data", str(data), "--quiet"]) == 0
+    open_backend(data).close()  # lets go of its writer lock
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+    writer = subprocess.Popen(
+        [sys.executable, "-m", "eva.cli.main", "serve-local", "--acks", "--quiet",
+         "--data", str(data)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+    )
+    assert writer.stdin is not None and writer.stdout is not None
+    try:
+        writer.stdin.write(b"#friends Ann: holding the directory\n")
+        writer.stdin.flush()
+        assert writer.stdout.readline().startswith(b"#friends")  # it is serving
+        capsys.readouterr()
+        for args in (["build"], ["import", str(export)], ["forget", "--user", "5"]):
+            assert main([*args, "--data", str(data)]) == 1, args
+            err = capsys.readouterr().err
+            assert f"another eva process is writing to {data} (pid {writer.pid})" in err
+        assert main(["status", "--data", str(data)]) == 0  # reading goes on
+    finally:
+        writer.communicate(timeout=30)
+    capsys.readouterr()
+    assert main(["build", "--data", str(data)]) == 0  # once it is gone, the next one writes
+    open_backend(data).close()

@@ -83,8 +83,13 @@ async def build_channel(
     return await Memory(store, stream, summarizer, settings).build(now_ms)
 
 
-def report_json(stream: StreamId, report: BuildReport, seconds: float) -> dict[str, object]:
+def report_json(
+    stream: StreamId, report: BuildReport, seconds: float, store: EventStore | None = None
+) -> dict[str, object]:
     stats = report.stats
+    row = report.last_row
+    if row is None and store is not None:  # nothing new: the row as it stands
+        row = store.published_row(stream)
     return {
         "channel": str(stream),
         "leaves_verbatim": stats.leaves_verbatim,
@@ -94,16 +99,16 @@ def report_json(stream: StreamId, report: BuildReport, seconds: float) -> dict[s
         "model_requests": stats.model_requests,
         "pending": stats.pending,
         "publishes": report.publishes,
-        "row_lines": len(report.last_row.entries) if report.last_row else 0,
-        "row_bytes": report.last_row.row_bytes if report.last_row else 0,
-        "frontier": report.last_row.frontier if report.last_row else 0,
+        "row_lines": len(row.entries) if row else 0,
+        "row_bytes": row.row_bytes if row else 0,
+        "frontier": row.frontier if row else 0,
         "seconds": round(seconds, 3),
     }
 
 
 def run(args: argparse.Namespace) -> int:
     settings = load_settings(args.settings)
-    store = open_store(args.data)
+    store = open_store(args.data, write=True)
     finish_left_forgets(store, args.data, settings)
     if args.channel:
         streams = [find_stream(store, args.channel)]
@@ -118,7 +123,8 @@ def run(args: argparse.Namespace) -> int:
                 started = time.perf_counter()
                 now_ms = int(time.time() * 1000)
                 report = await build_channel(store, stream, summarizer, settings, now_ms)
-                results.append(report_json(stream, report, time.perf_counter() - started))
+                seconds = time.perf_counter() - started
+                results.append(report_json(stream, report, seconds, store))
         finally:
             await close()
         return results
@@ -128,6 +134,13 @@ def run(args: argparse.Namespace) -> int:
         print_json({"channels": results})
         return 0
     for result in results:
+        if not result["publishes"]:
+            print(f"{result['channel']}: nothing new to build; " + (
+                f"its row stays {result['row_lines']} lines ({result['row_bytes']} bytes) over "
+                f"{result['frontier']} messages" if result["row_lines"] else
+                "no row yet: its messages all fit in the tail, kept word for word"
+            ))
+            continue
         print(
             f"{result['channel']}: {result['leaves_verbatim']} verbatim and "
             f"{result['leaves_model']} compressed leaves, {result['merges_glue']} glued and "

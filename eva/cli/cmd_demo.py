@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
         f"\n1. import: {report.added} messages stored ({report.already_present} already there), "
         f"{report.messages} in the channel, by {report.authors} people"
     )
-    store = open_store(args.data)
+    store = open_store(args.data, write=True)
     now_ms = int(time.time() * 1000)
     summarizer = OfflineSummarizer(settings.line_limit)
     build = trio.run(build_channel, store, stream, summarizer, settings, now_ms)

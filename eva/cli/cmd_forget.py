@@ -93,7 +93,7 @@ def run_forget(args: argparse.Namespace) -> int:
             "channel's memory; a moderator can delete single messages of hers in Discord."
         )
     settings = load_settings(args.settings)
-    store = open_store(args.data)
+    store = open_store(args.data, write=True)
     asked = None if args.user is None else person_hash(args.user)
     streams: list[StreamId] = []
     if asked is not None:

@@ -94,7 +94,8 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if (args.data / "data.mdb").exists():
-        finish_left_forgets(open_store(args.data), args.data, load_settings(args.settings))
+        store = open_store(args.data, write=True)
+        finish_left_forgets(store, args.data, load_settings(args.settings))
     report = import_file(args.data, args.export, quiet=args.quiet)
     if args.json:
         print_json(report.to_json(), sys.stdout)  # looked up now: capture may swap it
@@ -128,7 +129,7 @@ def import_bytes(
             raise UserError(f"cannot import {export_path}: {error}") from None
         del raw
         stream = export.stream
-        store = open_store(data, must_exist=False)
+        store = open_store(data, must_exist=False, write=True)
         stored_meta = store.meta(stream)
         forgotten = Forgotten(stored_meta.forgotten if stored_meta is not None else {})
         skipped = 0

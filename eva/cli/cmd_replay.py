@@ -50,7 +50,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
-    store = open_store(args.data)
+    store = open_store(args.data, write=args.repair)
     if args.channel:
         streams = [find_stream(store, args.channel)]
     else:

@@ -21,6 +21,7 @@ from eva.cli.common import (
     add_settings_option,
     load_live_settings,
     load_settings,
+    open_store,
 )
 
 EXIT_NO_TOKEN = 2
@@ -105,6 +106,7 @@ def run_run(args: argparse.Namespace) -> int:
     problem = token_problem(token)
     if problem is not None:
         raise UserError(problem)
+    open_store(args.data, must_exist=False, write=True)  # one writing process per directory
 
     return trio.run(
         lambda: run_bot(

@@ -145,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
             export = parse_export(read_export(args.export))
         except ExportError as error:
             raise UserError(f"cannot replay {args.export}: {error}") from None
-    store = open_store(args.data, must_exist=False)
+    store = open_store(args.data, must_exist=False, write=True)
     if export is None:
         session = Session("stdin", live)
         trio.run(serve_stdin, store, settings, args.channel, sys.stdout if args.acks else None,

@@ -22,6 +22,7 @@ from eva.core.keys import StreamId, parse_stream
 from eva.core.settings import LiveSettings, MemorySettings
 from eva.store.event_store import EventStore
 from eva.store.lmdb_kv import open_backend
+from eva.store.writer_lock import WriterBusy
 
 DEFAULT_DATA = "./eva-data"
 S = TypeVar("S", bound=msgspec.Struct)
@@ -131,15 +132,30 @@ def load_live_settings(path: Path | None) -> LiveSettings:
     return settings_table(path, "live", LiveSettings)
 
 
-def open_store(data: Path, *, must_exist: bool = True) -> EventStore:
+def open_store(data: Path, *, must_exist: bool = True, write: bool = False) -> EventStore:
     """The store of a data directory; with `must_exist`, a missing one is a UserError, and
-    one that cannot be opened (a file in its place, no permission) always is."""
+    one that cannot be opened (a file in its place, no permission) always is.
+
+    A command that `write`s takes the directory's writer lock (one writing process at a
+    time); one that only reads opens a directory it cannot write read-only.
+    """
     if data.exists() and not data.is_dir():
         raise UserError(f"{data} is a file, not a data directory (set --data or EVA_DATA)")
     if must_exist and not (data / "data.mdb").exists():
         raise UserError(f"no Eva data directory at {data} (set --data or EVA_DATA)")
+    readonly = data.is_dir() and not os.access(data, os.W_OK)
+    if readonly and write:
+        raise UserError(
+            f"the data directory {data} is read-only here, and this command writes to it; "
+            "commands that only read it (status, memory, zoom, recall, audit, replay) work"
+        )
     try:
-        return EventStore(open_backend(data))
+        backend = open_backend(data, readonly=readonly)
+        if write:
+            backend.hold_writer_lock()
+        return EventStore(backend)
+    except WriterBusy as busy:
+        raise UserError(str(busy)) from None
     except PermissionError as error:
         raise UserError(
             f"cannot open the data directory {data}: no permission "

@@ -36,6 +36,7 @@ from eva.core.keys import (
 )
 from eva.core.slots import hold_open_slots
 from eva.core.tables import Tables
+from eva.store.writer_lock import take_writer_lock
 
 T = TypeVar("T")
 
@@ -48,7 +49,11 @@ GATE_POLL_S = 0.0005
 a resize (both are short)."""
 
 _open_lock = threading.Lock()
-_open_backends: dict[str, LmdbBackend] = {}
+_open_backends: dict[tuple[str, bool], LmdbBackend] = {}
+_OLDER_READ_ONLY = (
+    "the data directory {path} is read-only here and was written by an older Eva, whose "
+    "layout must be brought up to date by a command that writes: open it once with write access"
+)
 
 
 class LmdbTables:
@@ -176,10 +181,15 @@ class _Reading:
 class LmdbBackend:
     """One LMDB environment holding every table of a data directory."""
 
-    def __init__(self, path: Path, map_bytes: int = INITIAL_MAP_BYTES) -> None:
-        path.mkdir(parents=True, exist_ok=True)
+    def __init__(
+        self, path: Path, map_bytes: int = INITIAL_MAP_BYTES, *, readonly: bool = False
+    ) -> None:
+        self.readonly = readonly
         self.path = path
-        shutil.rmtree(path / COMPACT_DIR, ignore_errors=True)  # a copy a crash left unfinished
+        if not readonly:
+            path.mkdir(parents=True, exist_ok=True)
+            shutil.rmtree(path / COMPACT_DIR, ignore_errors=True)  # a copy a crash left
+        self._writer_lock: int | None = None
         self._write_lock = threading.Lock()
         self.gate = _Gate()
         self.commits = 0
@@ -198,13 +208,22 @@ class LmdbBackend:
                 metasync=True,
                 readahead=False,
                 max_readers=512,
+                # a directory this process cannot write (a read-only file system, say) is
+                # read without LMDB's lock file: nothing can be writing it
+                readonly=self.readonly,
+                lock=not self.readonly,
             )
         except lmdb.Error as error:  # LMDB says what the file system said, without a type
             raise OSError(f"LMDB cannot open it: {error}") from error
-        self.stale_readers_cleared: int = self.env.reader_check()
-        self.dbs: dict[Table, Any] = {
-            table: self.env.open_db(table.encode()) for table in ALL_TABLES
-        }
+        self.stale_readers_cleared = 0 if self.readonly else int(self.env.reader_check())
+        try:
+            self.dbs: dict[Table, Any] = {
+                table: self.env.open_db(table.encode(), create=not self.readonly)
+                for table in ALL_TABLES
+            }
+        except lmdb.Error as error:
+            self.env.close()
+            raise OSError(_OLDER_READ_ONLY.format(path=path)) from error
 
     def _follow_layout(self) -> None:
         """Bring what a data directory holds in an older layout to the one used now, in
@@ -213,7 +232,15 @@ class LmdbBackend:
         with self.reading() as tables:
             if all(tables.get(LAYOUT, marker) is not None for marker, _ in LAYOUT_STEPS):
                 return
+        if self.readonly:
+            raise OSError(_OLDER_READ_ONLY.format(path=self.path))
         self.write(_follow_layout)
+
+    def hold_writer_lock(self) -> None:
+        """Take the directory's writer lock for as long as this backend is open
+        (eva.store.writer_lock); WriterBusy if another process holds it."""
+        if self._writer_lock is None:
+            self._writer_lock = take_writer_lock(self.path)
 
     def reading(self) -> _Reading:
         """A read transaction, as a `with` block. Never hold one while calling `write`
@@ -221,6 +248,8 @@ class LmdbBackend:
         return _Reading(self)
 
     def write(self, work: Callable[[Tables], T]) -> T:
+        if self.readonly:
+            raise OSError(f"the data directory {self.path} is read-only here: nothing was written")
         with self._write_lock:
             while True:
                 try:
@@ -299,18 +328,24 @@ class LmdbBackend:
 
     def close(self) -> None:
         with _open_lock:
-            _open_backends.pop(str(self.path.resolve()), None)
+            _open_backends.pop((str(self.path.resolve()), self.readonly), None)
         self.env.close()
+        if self._writer_lock is not None:
+            os.close(self._writer_lock)
+            self._writer_lock = None
 
 
-def open_backend(path: Path | str, map_bytes: int = INITIAL_MAP_BYTES) -> LmdbBackend:
-    """The process's one environment for a data directory, opened on first use."""
+def open_backend(
+    path: Path | str, map_bytes: int = INITIAL_MAP_BYTES, *, readonly: bool = False
+) -> LmdbBackend:
+    """The process's one environment for a data directory, opened on first use (with
+    `readonly`, one that only reads, for a directory this process cannot write)."""
     resolved = str(Path(path).resolve())
     with _open_lock:
-        backend = _open_backends.get(resolved)
+        backend = _open_backends.get((resolved, readonly))
         if backend is None:
-            backend = LmdbBackend(Path(resolved), map_bytes)
-            _open_backends[resolved] = backend
+            backend = LmdbBackend(Path(resolved), map_bytes, readonly=readonly)
+            _open_backends[(resolved, readonly)] = backend
         return backend
 
 
