@@ -244,3 +244,29 @@ def test_an_old_data_directory_is_sealed_when_it_is_opened(data: Path) -> None:
                 assert check_stream(tables, stream).ok
     finally:
         close(data)
+
+
+def test_one_letter_changed_in_the_data_file_itself_is_found(
+    data: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The case that once passed replay: a letter of a message changed in place in
+    data.mdb, same length, with no Eva code involved."""
+    close(data)
+    stream = StreamId(8, 1)
+    store = store_of(data)
+    try:
+        message = store.message(stream, 40)
+        assert message is not None
+        word = message.content.split()[0]  # a marker only this message holds
+    finally:
+        close(data)
+    file = data / "data.mdb"
+    raw = file.read_bytes()
+    assert raw.count(word.encode()) >= 1
+    file.write_bytes(raw.replace(word.encode(), word[:-1].encode() + b"Z"))
+    capsys.readouterr()
+    assert eva("replay", "8/1", data=data) == 1
+    out = capsys.readouterr().out
+    assert "LOG BROKEN at event" in out and "altered or damaged" in out
+    assert eva("zoom", "8/1", "40+1", data=data) == 1
+    assert "does not match its seal" in capsys.readouterr().err

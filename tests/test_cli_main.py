@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -119,3 +120,17 @@ def test_eva_invite_asks_for_exactly_the_permissions_eva_uses(
     assert "ADMINISTRATOR" not in result["permission_names"]
     assert main(["invite", "--application-id", "-4"]) == 1
     assert "must be the application's id" in capsys.readouterr().err
+
+
+def test_version_and_python_m_eva_give_the_installed_distribution() -> None:
+    from importlib.metadata import version
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+    for argv in (["-m", "eva", "--version"], ["-m", "eva.cli.main", "--version"]):
+        done = subprocess.run([sys.executable, *argv], capture_output=True, text=True, env=env,
+                              timeout=60, check=False)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == f"eva {version('eva-chat-memory')}"
+    done = subprocess.run([sys.executable, "-m", "eva", "status", "--data", "/nonexistent"],
+                          capture_output=True, text=True, env=env, timeout=60, check=False)
+    assert done.returncode == 1 and "no Eva data directory" in done.stderr

@@ -44,6 +44,20 @@ imported: some pull in the model SDK, which takes seconds to load, and a forget'
 a status should not wait for that."""
 
 
+DISTRIBUTION = "eva-chat-memory"
+"""The name Eva is installed under (the package index's `eva` is another project)."""
+
+
+def installed_version() -> str:
+    """The installed distribution's version, or `unknown` when run from a bare checkout."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(DISTRIBUTION)
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser of `command` alone when it is known, else of every command (for help)."""
     import importlib
@@ -52,6 +66,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         prog="eva",
         description="Eva's memory of Discord channels: import, inspect, replay and audit it.",
     )
+    parser.add_argument("--version", action="version", version=f"eva {installed_version()}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     names = [COMMANDS[command]] if command in COMMANDS else list(dict.fromkeys(COMMANDS.values()))
     for name in names:
