@@ -134,3 +134,29 @@ def test_version_and_python_m_eva_give_the_installed_distribution() -> None:
     done = subprocess.run([sys.executable, "-m", "eva", "status", "--data", "/nonexistent"],
                           capture_output=True, text=True, env=env, timeout=60, check=False)
     assert done.returncode == 1 and "no Eva data directory" in done.stderr
+
+
+def test_settings_are_read_from_the_documented_place_without_settings(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "config"
+    (home / "eva").mkdir(parents=True)
+    (home / "eva" / "eva.toml").write_text("[memory]\nquiet_ms = 45000\n")
+    monkeypatch.delenv("EVA_SETTINGS", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home))
+    capsys.readouterr()
+    assert main(["settings"]) == 0
+    out = capsys.readouterr().out
+    assert "quiet_ms = 45000" in out and f"# settings read from {home}/eva/eva.toml" in out
+    other = tmp_path / "other.toml"
+    other.write_text("[memory]\nquiet_ms = 46000\n")
+    monkeypatch.setenv("EVA_SETTINGS", str(other))
+    assert main(["settings"]) == 0
+    assert "quiet_ms = 46000" in capsys.readouterr().out
+    monkeypatch.setenv("EVA_SETTINGS", str(tmp_path / "missing.toml"))
+    assert main(["settings"]) == 1
+    assert "no settings file at" in capsys.readouterr().err
+    monkeypatch.delenv("EVA_SETTINGS")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "nothing-here"))
+    assert main(["settings"]) == 0
+    assert "# settings no settings file: the defaults" in capsys.readouterr().out

@@ -20,10 +20,11 @@ from eva.cli.common import add_settings_option, load_live_settings, load_setting
 
 SECRETS = ("DISCORD_TOKEN", "ANTHROPIC_API_KEY")
 HEADER = """\
-# Eva's settings, every one with the value it has here. Give a file like this one
-# with --settings FILE; a table or key left out keeps its default. Prices are
-# US dollars per million tokens, checked on the date in prices_checked; a
-# [models.prices.NAME] table changes that model's price field by field.
+# Eva's settings, every one with the value it has here. Eva reads such a file
+# from ~/.config/eva/eva.toml (or where $EVA_SETTINGS points, or --settings FILE);
+# a table or key left out keeps its default. Prices are US dollars per million
+# tokens, checked on the date in prices_checked; a [models.prices.NAME] table
+# changes that model's price field by field.
 """
 
 
@@ -81,6 +82,8 @@ def run(args: argparse.Namespace) -> int:
         load_live_settings(args.settings),
     )
     print(text, end="")
+    source = f"read from {args.settings}" if args.settings else "no settings file: the defaults"
+    print(f"# settings {source}")
     for secret in SECRETS:
         state = "set" if os.environ.get(secret, "").strip() else "not set"
         print(f"# {secret}: {state} (from the environment; never shown)")

@@ -45,12 +45,24 @@ def add_json_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object for scripts")
 
 
+def default_settings_path() -> Path | None:
+    """Where settings are read from without --settings: the file $EVA_SETTINGS names, else
+    $XDG_CONFIG_HOME/eva/eva.toml (~/.config/eva/eva.toml) if there is one, else none."""
+    named = os.environ.get("EVA_SETTINGS", "").strip()
+    if named:
+        return Path(named)
+    base = os.environ.get("XDG_CONFIG_HOME", "").strip() or str(Path.home() / ".config")
+    found = Path(base) / "eva" / "eva.toml"
+    return found if found.is_file() else None
+
+
 def add_settings_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--settings",
         type=Path,
-        default=None,
-        help="TOML settings file; its [memory] table overrides the defaults",
+        default=default_settings_path(),
+        help="TOML settings file (default: $EVA_SETTINGS, else ~/.config/eva/eva.toml if it "
+        "exists); its tables override the defaults",
     )
 
 
