@@ -173,3 +173,54 @@ def test_build_with_the_model_writes_model_lines_through_the_api(
     made = [e for _, e in store.events(stream) if isinstance(e, LineWritten) and e.how == "model"]
     assert made
     assert all(line.model == "claude-haiku-5-5" and line.usage is not None for line in made)
+
+
+def test_audit_at_a_chat_time_shows_the_row_eva_read_then(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import trio
+
+    from eva.core.events import MessagePosted
+    from eva.core.keys import StreamId
+    from eva.core.settings import MemorySettings
+    from eva.core.summarize import OfflineSummarizer
+    from eva.memory.build import Memory
+    from eva.store.event_store import EventStore
+
+    stream, day = StreamId(3, 4), 86_400_000
+    start = 1_560_000_000_000  # 2019-06-08
+    posts = [
+        MessagePosted(at_ms=start + i * day // 4, index=i, message_id=100 + i, author_id=7,
+                      author_name="Ann", content=f"day {i // 4} note {i} " + "word " * 60)
+        for i in range(160)
+    ]
+    data = tmp_path / "data"
+    store = EventStore(open_backend(data))
+    settings = MemorySettings(compress_at_bytes=8192, tail_keep_bytes=2048,
+                              row_high_bytes=8192, row_low_bytes=4096)
+    # built long after the chat, as an imported channel is: publishing times are not chat times
+    built_ms = 1_800_000_000_000
+    store.append(stream, posts[:80])
+    trio.run(Memory(store, stream, OfflineSummarizer(), settings).build, built_ms)
+    store.append(stream, posts[80:])
+    trio.run(Memory(store, stream, OfflineSummarizer(), settings).build, built_ms + day)
+    open_backend(data).close()
+
+    def shown(*args: str) -> dict[str, object]:
+        capsys.readouterr()
+        assert main(["audit", "3/4", *args, "--data", str(data), "--json"]) == 0
+        value = json.loads(capsys.readouterr().out)
+        assert isinstance(value, dict)
+        return value
+
+    # day 21 falls between the two builds' chat: the first row, over the first 80 messages
+    first = shown("--chat-at", "2019-06-29")
+    second = shown("--chat-at", "2019-08-01")
+    assert first["frontier"] < second["frontier"] <= 160
+    assert first["published_seq"] < second["published_seq"]
+    assert main(["audit", "3/4", "--chat-at", "2019-06-01", "--data", str(data)]) == 1
+    err = capsys.readouterr().err
+    assert "before its chat reached 2019-06-01" in err and "its first row was published" in err
+    assert main(["audit", "3/4", "--at", "2019-06-29", "--data", str(data)]) == 1
+    assert "--chat-at takes a time of the chat" in capsys.readouterr().err
+    open_backend(data).close()

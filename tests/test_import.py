@@ -551,3 +551,28 @@ def test_the_shared_sample_imports_and_replays(data_dir: Path) -> None:
     assert result.events == 45_708  # the channel description, then every message
     again = import_file(data_dir, SAMPLE)
     assert (again.added, again.edited, again.already_present) == (0, 0, 45_707)
+
+
+def test_an_export_on_standard_input_is_read_with_a_dash(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from eva.demo.friends import friends_export
+
+    data = tmp_path / "data"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+    for raw in (friends_export(40), gzip.compress(friends_export(60))):
+        done = subprocess.run(
+            [sys.executable, "-m", "eva", "import", "-", "--data", str(data), "--json"],
+            input=raw, capture_output=True, env=env, timeout=60, check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        report = json.loads(done.stdout)
+        assert report["file"] == "standard input" and report["added"] > 0
+    done = subprocess.run(
+        [sys.executable, "-m", "eva", "import", "-", "--data", str(data)],
+        input=b'{"guild": ', capture_output=True, env=env, timeout=60, check=False,
+    )
+    assert done.returncode == 1
+    assert done.stderr.decode().startswith("eva import: cannot import standard input: ")

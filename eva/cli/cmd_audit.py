@@ -37,10 +37,18 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         ),
     )
     parser.add_argument("channel", help="GUILD/CHANNEL, a channel id, or a channel name")
-    parser.add_argument(
+    when = parser.add_mutually_exclusive_group()
+    when.add_argument(
         "--at",
         metavar="TIME",
-        help="ISO date or time, e.g. 2019-06-01 or 2019-06-01T12:00+02:00 (UTC if no offset)",
+        help="the row published at or before this time of publishing (ISO date or time, "
+        "e.g. 2026-06-01 or 2026-06-01T12:00+02:00; UTC if no offset)",
+    )
+    when.add_argument(
+        "--chat-at",
+        metavar="TIME",
+        help="the row Eva read when the chat reached this time (the time people wrote, "
+        "not when the memory was built)",
     )
     add_data_option(parser)
     add_json_option(parser)
@@ -69,8 +77,9 @@ def format_ms(at_ms: int) -> str:
 def run(args: argparse.Namespace) -> int:
     store = open_store(args.data)
     stream = find_stream(store, args.channel)
-    if args.at is not None:
-        return show_row_at(args, stream, parse_time(args.at))
+    if args.at is not None or args.chat_at is not None:
+        chat = args.chat_at is not None
+        return show_row_at(args, stream, parse_time(args.chat_at if chat else args.at), chat)
     with store.backend.reading() as tables:
         log = check_stream(tables, stream)
     entries = [] if log.broken is not None else history(store.events(stream))
@@ -111,12 +120,27 @@ def _entry_json(entry: AuditEntry) -> dict[str, object]:
     return value
 
 
-def show_row_at(args: argparse.Namespace, stream: StreamId, time_ms: int) -> int:
+def show_row_at(
+    args: argparse.Namespace, stream: StreamId, time_ms: int, chat_time: bool = False
+) -> int:
     store = open_store(args.data)
     zone = channel_zone(store.meta(stream), MemorySettings())
-    found = row_at(store.events(stream), time_ms)
+    found = row_at(store.events(stream), time_ms, chat_time=chat_time)
     if found is None:
-        raise UserError(f"no row was published in {stream} at or before {args.at}")
+        first = row_at(store.events(stream), 2**62)
+        built = "" if first is None else (
+            f"; its first row was published {format_ms(first.row.at_ms)} (a time of "
+            "publishing: use --at for those)"
+        )
+        if chat_time:
+            raise UserError(
+                f"no row was published in {stream} before its chat reached {args.chat_at}"
+                f"{built}"
+            )
+        raise UserError(
+            f"no row was published in {stream} at or before {args.at} (a time of "
+            f"publishing; --chat-at takes a time of the chat){built}"
+        )
     rendered = []
     for (start, size), line in zip(found.row.entries, found.lines, strict=True):
         if line is None:
@@ -144,7 +168,8 @@ def show_row_at(args: argparse.Namespace, stream: StreamId, time_ms: int) -> int
         return 0
     print(
         f"row published {format_ms(found.row.at_ms)} (#{found.publish_seq}, "
-        f"{found.row.reason}), {len(found.row.entries)} lines over {found.row.frontier} messages:"
+        f"{found.row.reason}), {len(found.row.entries)} lines over {found.row.frontier} "
+        f"messages{' (as Eva read the chat then)' if chat_time else ''}:"
     )
     for text in rendered:
         print(text)

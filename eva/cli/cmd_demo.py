@@ -91,11 +91,11 @@ def run(args: argparse.Namespace) -> int:
     query = query or _pick_query(store, stream)
     found = recall(store, stream, query, settings)
     target = _first_hit(found.windows, meta.row_frontier)
+    channel = report.channel_name or str(stream)
     print(f"\n4. zoom from the row down to message {target}:\n")
-    _zoom_down(store, stream, settings, target)
+    _zoom_down(store, stream, settings, target, f"eva zoom {channel} {{}} --data {args.data}")
     print(f'\n5. recall "{query}":\n')
     print(render_view(found, 8000))
-    channel = report.channel_name or str(stream)
     data = args.data
     print(
         "\nGo on by hand:\n"
@@ -138,8 +138,10 @@ def _first_hit(windows: object, frontier: int) -> int:
 
 
 def _zoom_down(
-    store: EventStore, stream: StreamId, settings: MemorySettings, target: int
+    store: EventStore, stream: StreamId, settings: MemorySettings, target: int, command: str
 ) -> None:
+    """Zoom from the row line over `target` down to it, each step shown as the `command`
+    (with `{}` for the address) a person can paste to do it again."""
     row = store.published_row(stream)
     if row is None:
         print("(no row yet: the chat is short enough to be all tail)")
@@ -147,7 +149,7 @@ def _zoom_down(
     start, size = next((s, z) for s, z in row.entries if s <= target < s + z)
     address = Address(start, size)
     while True:
-        print(f"$ eva zoom {format_address(address)}")
+        print(f"$ {command.format(format_address(address))}")
         print(zoom(store, stream, format_address(address), settings).text)
         if address.size == 1:
             return

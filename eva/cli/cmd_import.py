@@ -84,7 +84,10 @@ def register(subparsers: Any) -> None:
             "finished first (--settings: the memory settings its lines are made again with)."
         ),
     )
-    parser.add_argument("export", type=Path, metavar="EXPORT", help="the export file")
+    parser.add_argument(
+        "export", type=Path, metavar="EXPORT",
+        help="the export file (.json or .json.gz); - reads it from standard input",
+    )
     add_data_option(parser)
     add_settings_option(parser)
     add_json_option(parser)
@@ -109,7 +112,8 @@ def import_file(data: Path, export_path: Path, *, quiet: bool = True) -> ImportR
     started = time.perf_counter()
     with no_cyclic_gc():
         raw = read_export(export_path)
-    return import_bytes(data, raw, export_path, quiet=quiet, started=started)
+    named = Path("standard input") if str(export_path) == "-" else export_path
+    return import_bytes(data, raw, named, quiet=quiet, started=started)
 
 
 def import_bytes(
@@ -186,7 +190,7 @@ def _append(
 def read_export(path: Path) -> bytes:
     """The export's JSON bytes; gzip data is unpacked, whatever the file is named."""
     try:
-        data = path.read_bytes()
+        data = sys.stdin.buffer.read() if str(path) == "-" else path.read_bytes()
     except FileNotFoundError:
         raise UserError(f"no such file: {path}") from None
     except IsADirectoryError:

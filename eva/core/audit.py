@@ -138,15 +138,24 @@ class RowAt(msgspec.Struct, frozen=True):
     lines: list[LineWritten | None]
 
 
-def row_at(events: Iterable[tuple[int, AnyEvent]], time_ms: int) -> RowAt | None:
-    """The last row published at or before `time_ms`, with each line as it was then."""
+def row_at(
+    events: Iterable[tuple[int, AnyEvent]], time_ms: int, *, chat_time: bool = False
+) -> RowAt | None:
+    """The last row published at or before `time_ms`, with each line as it was then.
+
+    With `chat_time`, `time_ms` is a time of the chat, not of publishing: the row is the
+    last one published before the first message posted after it, as Eva read the chat
+    then (a channel imported and built later has none from before its build).
+    """
     latest: dict[tuple[int, int], LineWritten] = {}
     found: RowAt | None = None
     for seq, event in events:
         if isinstance(event, LineWritten):
             latest[(event.start, event.size)] = event
         elif isinstance(event, RowPublished):
-            if event.at_ms > time_ms:
+            if not chat_time and event.at_ms > time_ms:
                 break
             found = RowAt(seq, event, [latest.get(entry) for entry in event.entries])
+        elif chat_time and isinstance(event, MessagePosted) and event.at_ms > time_ms:
+            break
     return found
