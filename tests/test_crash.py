@@ -24,7 +24,7 @@ from eva.store.event_store import EventStore
 from eva.store.replay import replay_stream
 
 CHILD = Path(__file__).with_name("crash_child.py")
-KILLS = 50
+KILLS = 25  # the long run is scripts/crash_suite.py
 SEED = 20240917
 ACK_TIMEOUT_S = 20.0
 

@@ -28,7 +28,7 @@ from eva.store.event_store import EventStore
 from eva.store.replay import replay_stream
 
 CHILD = Path(__file__).with_name("live_child.py")
-KILLS = 24
+KILLS = 14  # the long run is scripts/crash_suite.py
 SEED = 20240918
 TIME_ALLOWED_S = 55.0
 

@@ -88,7 +88,7 @@ def land(
     return tables, refusals
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(histories())
 def test_runs_of_posts_land_as_the_events_one_by_one(
     history: tuple[StreamId, list[list[AnyEvent]]],

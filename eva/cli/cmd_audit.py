@@ -18,7 +18,7 @@ from eva.core.address import Address
 from eva.core.audit import AuditEntry, history, row_at
 from eva.core.chain import check_stream
 from eva.core.keys import StreamId
-from eva.core.render import render_line
+from eva.core.render import render_line, visible
 from eva.core.settings import MemorySettings
 from eva.memory.view import channel_zone, withheld_now, withhold_lines
 
@@ -172,5 +172,5 @@ def show_row_at(
         f"messages{' (as Eva read the chat then)' if chat_time else ''}:"
     )
     for text in rendered:
-        print(text)
+        print(visible(text))
     return 0

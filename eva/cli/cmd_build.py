@@ -4,12 +4,13 @@ from __future__ import annotations
 import argparse
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 import trio
 
 from eva.cli.cmd_forget import finish_left_forgets
 from eva.cli.common import (
+    Progress,
     UserError,
     add_data_option,
     add_json_option,
@@ -19,6 +20,7 @@ from eva.cli.common import (
     open_store,
     print_json,
 )
+from eva.core.events import AnyEvent, LineWritten
 from eva.core.keys import StreamId
 from eva.core.settings import MemorySettings
 from eva.core.summarize import OfflineSummarizer, Summarizer
@@ -83,6 +85,38 @@ async def build_channel(
     return await Memory(store, stream, summarizer, settings).build(now_ms)
 
 
+PROGRESS_FROM_LINES = 2000
+"""A channel with at least this many lines to write shows a progress bar while it builds."""
+
+
+async def build_shown(
+    store: EventStore,
+    stream: StreamId,
+    summarizer: Summarizer,
+    settings: MemorySettings,
+    now_ms: int,
+    *,
+    quiet: bool = False,
+) -> BuildReport:
+    """`build_channel`, with a progress bar on standard error for a long one: the lines
+    written so far against about two for each message without a leaf (its leaf, and a
+    merge above it)."""
+    memory = Memory(store, stream, summarizer, settings)
+    meta = store.meta(stream)
+    total = 0 if meta is None else 2 * (meta.messages - meta.leaf_frontier) + meta.ready
+    progress = Progress(f"build {stream}", total, quiet=quiet or total < PROGRESS_FROM_LINES)
+
+    def count(events: Sequence[AnyEvent]) -> None:
+        lines = sum(isinstance(event, LineWritten) for event in events)
+        progress.advance(min(lines, total - progress.done))
+
+    memory.on_appended = count
+    report = await memory.build(now_ms)
+    progress.advance(total - progress.done)
+    progress.close()
+    return report
+
+
 def report_json(
     stream: StreamId, report: BuildReport, seconds: float, store: EventStore | None = None
 ) -> dict[str, object]:
@@ -122,7 +156,8 @@ def run(args: argparse.Namespace) -> int:
             for stream in streams:
                 started = time.perf_counter()
                 now_ms = int(time.time() * 1000)
-                report = await build_channel(store, stream, summarizer, settings, now_ms)
+                report = await build_shown(store, stream, summarizer, settings, now_ms,
+                                           quiet=args.json)
                 seconds = time.perf_counter() - started
                 results.append(report_json(stream, report, seconds, store))
         finally:

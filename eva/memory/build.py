@@ -6,7 +6,7 @@
 # eva.core.timing say, with the messages' own timestamps as the clock.
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from eva.core.events import AnyEvent, MessagePosted, PublishReason, RowPublished
@@ -43,9 +43,14 @@ class Memory:
     settings: MemorySettings
     sizes: LineSizes = field(default_factory=LineSizes)
     report: BuildReport = field(default_factory=BuildReport)
+    on_appended: Callable[[Sequence[AnyEvent]], None] | None = None
+    """Told of each batch of events once stored (a progress bar counts the lines)."""
 
     async def _append(self, stream: StreamId, events: Sequence[AnyEvent]) -> Appended:
-        return self.store.append(stream, events)
+        appended = self.store.append(stream, events)
+        if self.on_appended is not None:
+            self.on_appended(events)
+        return appended
 
     async def compress(self, now_ms: int, upto: int | None = None, urgent: bool = True) -> None:
         """One compression run up to `upto` (default: keep the newest ~12 KiB as tail).
