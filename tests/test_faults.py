@@ -205,3 +205,30 @@ def test_a_second_writer_is_told_who_writes(
     capsys.readouterr()
     assert main(["build", "--data", str(data)]) == 0  # once it is gone, the next one writes
     open_backend(data).close()
+
+
+def test_a_file_that_may_not_be_written_leaves_reading_to_work(
+    export: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """data.mdb made immutable (which stops root too, where file modes do not): commands
+    that read open it read-only; those that write say so in one line."""
+    data = tmp_path / "data"
+    assert main(["import", str(export), "--data", str(data), "--quiet"]) == 0
+    open_backend(data).close()
+    made = subprocess.run(["chattr", "+i", str(data / "data.mdb")], capture_output=True,
+                          check=False)
+    if made.returncode != 0:
+        pytest.skip("cannot make a file immutable here")
+    try:
+        capsys.readouterr()
+        for args in (["status"], ["memory", "friends"], ["recall", "friends", "trip"]):
+            assert main([*args, "--data", str(data)]) == 0, args
+        open_backend(data, readonly=True).close()  # as the next command's own process would
+        for args in (["build"], ["import", str(export)]):
+            assert main([*args, "--data", str(data)]) == 1, args
+            err = capsys.readouterr().err
+            assert err.count("\n") == 1 and "Operation not permitted" in err, args
+    finally:
+        subprocess.run(["chattr", "-i", str(data / "data.mdb")], check=False)
+        open_backend(data, readonly=True).close()
+        open_backend(data).close()

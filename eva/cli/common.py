@@ -21,7 +21,7 @@ import msgspec
 from eva.core.keys import StreamId, parse_stream
 from eva.core.settings import LiveSettings, MemorySettings
 from eva.store.event_store import EventStore
-from eva.store.lmdb_kv import open_backend
+from eva.store.lmdb_kv import open_backend, open_backend_to_read
 from eva.store.writer_lock import WriterBusy
 
 DEFAULT_DATA = "./eva-data"
@@ -162,7 +162,15 @@ def open_store(data: Path, *, must_exist: bool = True, write: bool = False) -> E
             "commands that only read it (status, memory, zoom, recall, audit, replay) work"
         )
     try:
-        backend = open_backend(data, readonly=readonly)
+        try:
+            open_already = None if write else open_backend_to_read(data)
+            backend = open_already or open_backend(data, readonly=readonly)
+        except OSError as refused:
+            # a file of it this process may read but not write (no permission, or made
+            # immutable): a command that only reads opens it read-only instead
+            if write or readonly or not _not_permitted(refused):
+                raise
+            backend = open_backend(data, readonly=True)
         if write:
             backend.hold_writer_lock()
         return EventStore(backend)
@@ -177,6 +185,15 @@ def open_store(data: Path, *, must_exist: bool = True, write: bool = False) -> E
         raise UserError(
             f"cannot open the data directory {data}: {error.strerror or error}"
         ) from None
+
+
+def _not_permitted(error: OSError) -> bool:
+    """Whether the file system refused for want of permission (EACCES, EPERM), even where
+    LMDB's message carries no errno."""
+    text = str(error)
+    return isinstance(error, PermissionError) or any(
+        words in text for words in ("Permission denied", "Operation not permitted")
+    )
 
 
 def find_stream(store: EventStore, text: str) -> StreamId:

@@ -335,6 +335,13 @@ class LmdbBackend:
             self._writer_lock = None
 
 
+def open_backend_to_read(path: Path | str) -> LmdbBackend | None:
+    """The environment this process has open for a data directory, in either mode."""
+    resolved = str(Path(path).resolve())
+    with _open_lock:
+        return _open_backends.get((resolved, False)) or _open_backends.get((resolved, True))
+
+
 def open_backend(
     path: Path | str, map_bytes: int = INITIAL_MAP_BYTES, *, readonly: bool = False
 ) -> LmdbBackend:
