@@ -154,6 +154,25 @@ async def test_commits_the_disk_refuses_are_stored_again_in_order(
     assert refusing["commits"] == 0
 
 
+async def test_slash_commands_are_registered_globally_or_in_the_test_guilds(
+    fake: FakeDiscord, tmp_path: Path
+) -> None:
+    guild, _alice, _bob, _eva = world(fake)
+    async with eva_running(fake, tmp_path / "global"):
+        pass
+    assert "forget-me" in [c["name"] for c in fake.commands(None)]
+    assert fake.commands(guild.id) == []
+    other = FakeDiscord()
+    testing = other.add_guild("testing")
+    elsewhere = other.add_guild("elsewhere")
+    with other.serve():
+        live = LiveSettings(command_guilds=(testing.id,))
+        async with eva_running(other, tmp_path / "testing", live=live):
+            pass
+    assert "forget-me" in [c["name"] for c in other.commands(testing.id)]
+    assert other.commands(elsewhere.id) == [] and other.commands(None) == []
+
+
 async def test_messages_land_in_their_channel_streams_in_order(
     fake: FakeDiscord, tmp_path: Path
 ) -> None:

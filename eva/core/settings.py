@@ -77,6 +77,9 @@ class LiveSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     """...doubling each time, up to this."""
     purge_delay_seconds: float = 600.0
     """Deleted and edited texts leave the data file this long after the last deletion."""
+    command_guilds: tuple[int, ...] = ()
+    """Register the slash commands only in these guilds (ids), where they show at once: for
+    testing. Empty: registered globally, once at each start, for every server."""
 
     def check(self) -> LiveSettings:
         """The settings themselves, or ValueError naming the first that makes no sense."""

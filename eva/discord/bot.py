@@ -216,7 +216,7 @@ class EvaBot:
         self._ready_shards = 0
         self._ready = trio.Event()
         self._expected_shards = 1
-        self._guild_ids: set[int] = set()
+        self._command_guilds = tuple(supervisor.shared.live.command_guilds)
         self._application_id = 0
         self.context = BotContext(
             supervisor=supervisor,
@@ -249,7 +249,7 @@ class EvaBot:
         )
         with trio.move_on_after(READY_TIMEOUT_S):
             await self._ready.wait()
-        await self._register_commands(sorted(self._guild_ids))
+        await self._register_commands(list(self._command_guilds))  # none: globally
 
     def stop(self) -> None:
         """Ask the bot to stop: `run_bot` then closes the gateway, drains and returns."""
@@ -279,7 +279,6 @@ class EvaBot:
         self.eva_name = event.my_user.global_name or event.my_user.username
         self.answerer.eva_name = self.eva_name
         self._application_id = int(event.application_id)
-        self._guild_ids.update(int(g) for g in event.unavailable_guilds)
         self._ready_shards += 1
         if self._ready_shards >= self._expected_shards:
             self._ready.set()
@@ -291,8 +290,7 @@ class EvaBot:
                 self._enqueue(stream_of(event.guild_id, channel.id), Backfill(forced=False))
 
     async def _on_guild_join(self, event: hikari.GuildJoinEvent) -> None:
-        self._guild_ids.add(int(event.guild_id))
-        if self._ready.is_set():
+        if self._ready.is_set() and int(event.guild_id) in self._command_guilds:
             await run_trio(lambda: self._register_commands([int(event.guild_id)]))
 
     def _on_message_event(
