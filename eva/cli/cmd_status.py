@@ -116,6 +116,8 @@ class GuildSpend:
     replies_usd: float
     replies: int
     unpriced: tuple[str, ...]
+    grounded: int = 0  # replies of the month whose details were matched (eva.core.grounding)
+    guessed: int = 0  # of those, replies that state a detail Eva did not read word for word
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -130,6 +132,8 @@ class GuildSpend:
             "plan_replies": PLAN_REPLIES,
             "share_of_plan": round(self.usd / PLAN_USD, 6),
             "unpriced": list(self.unpriced),
+            "grounded_replies": self.grounded,
+            "guessed_replies": self.guessed,
         }
 
 
@@ -164,14 +168,20 @@ def guild_spend(
     reports: dict[int, CostReport] = {}
     names: dict[int, str] = {}
     replies: dict[int, int] = {}
+    grounded: dict[int, int] = {}
+    guessed: dict[int, int] = {}
     for meta in metas:
         stream = StreamId(meta.guild_id, meta.channel_id)
         first = first_seq_at(store, stream, meta.position, start)
-        events = (
+        events = [
             event for _, event in store.events(stream, first)
             if start <= event.at_ms < stop and isinstance(event, LineWritten | ReplyWritten)
-        )
+        ]
         report = sum_costs(events, models.prices, cache_ttl=unsplit_ttl(models))
+        for event in events:
+            if isinstance(event, ReplyWritten) and event.grounding is not None:
+                grounded[meta.guild_id] = grounded.get(meta.guild_id, 0) + 1
+                guessed[meta.guild_id] = guessed.get(meta.guild_id, 0) + event.grounding.guessed
         reports.setdefault(meta.guild_id, CostReport()).add(report)
         names[meta.guild_id] = meta.guild_name or names.get(meta.guild_id, "")
         if meta.reply_month == month:
@@ -186,6 +196,8 @@ def guild_spend(
             replies_usd=report.kind_usd("replies"),
             replies=replies.get(guild, 0),
             unpriced=tuple(report.unpriced),
+            grounded=grounded.get(guild, 0),
+            guessed=guessed.get(guild, 0),
         )
         for guild, report in sorted(reports.items())
     ]
@@ -202,6 +214,8 @@ def spend_table(spends: list[GuildSpend]) -> str:
             f"${PLAN_USD:.2f} plan ({spend.usd / PLAN_USD:.1%}; lines ${spend.lines_usd:,.4f}, "
             f"replies ${spend.replies_usd:,.4f}), {spend.replies:,} of {PLAN_REPLIES:,} "
             f"replies{unpriced}"
+            + (f"; guessed in {spend.guessed} of {spend.grounded} replies"
+               if spend.grounded else "")
         )
     return "\n".join(out)
 

@@ -26,6 +26,7 @@ COMMANDS: dict[str, str] = {
     "memory": "eva.cli.cmd_memory",
     "zoom": "eva.cli.cmd_memory",
     "recall": "eva.cli.cmd_memory",
+    "ask": "eva.cli.cmd_ask",
     "demo": "eva.cli.cmd_demo",
     "forget": "eva.cli.cmd_forget",
     "export": "eva.cli.cmd_export",

@@ -76,10 +76,15 @@ def describe(event: AnyEvent) -> tuple[str, str | None]:
             )
         case ReplyWritten():
             u = event.usage
+            g = event.grounding
+            grounded = "" if g is None else (
+                f"; details: {g.read} read, {g.summary} only in summaries, "
+                f"{g.unsupported} unsupported"
+            )
             return (
                 f"reply written ({event.model}, {event.tool_calls} tool calls, tokens in "
                 f"{u.input_tokens} out {u.output_tokens} cache write {u.cache_write_tokens} "
-                f"read {u.cache_read_tokens})",
+                f"read {u.cache_read_tokens}){grounded}",
                 None,
             )
         case LogRewritten():

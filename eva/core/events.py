@@ -14,6 +14,8 @@ from typing import Literal, TypeAlias
 
 import msgspec
 
+from eva.core.grounding import Grounding
+
 
 class Event(
     msgspec.Struct, frozen=True, kw_only=True, array_like=True, tag_field="type", gc=False
@@ -145,6 +147,9 @@ class ReplyWritten(Event, frozen=True, tag="reply.written"):
     requests: tuple[Usage, ...] = ()
     """The usage of each request of the reply, in order (`usage` is their sum); a price tier
     is decided per request on its own prompt. Empty in replies recorded before it was kept."""
+    grounding: Grounding | None = None
+    """Where each detail the reply states came from (eva.core.grounding); None in replies
+    recorded before it was kept."""
 
 
 class ForgetRequested(Event, frozen=True, tag="forget.requested"):

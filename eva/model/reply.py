@@ -39,6 +39,7 @@ from anthropic.types import (
 
 from eva.core.costs import add_usage
 from eva.core.events import ReplyWritten, Usage
+from eva.core.grounding import Grounding, ground
 from eva.core.keys import StreamId
 from eva.core.prices import BYTES_PER_TOKEN, Price
 from eva.core.prompt import (
@@ -88,6 +89,8 @@ class ReplyOutcome:
     failed: bool = False  # the model did not answer; `text` is an apology, nothing recorded
     unrecorded: ReplyWritten | None = None  # the record for the caller to append, if asked to
     model_seconds: float = 0.0  # wall time spent waiting on the model, retries included
+    grounding: Grounding | None = None  # where each detail the reply states came from
+    tools: tuple[tuple[str, str], ...] = ()  # each tool call: its name and arguments (JSON)
 
 
 class _ModelFailed(Exception):
@@ -245,6 +248,10 @@ async def write_reply(
         else cast(OutputConfigParam, {"effort": settings.reply_effort})
     )
     per = budget.bytes_per_token
+    # what Eva reads in this turn: people's own words, and summary lines
+    read_texts = ["".join(memory.tail), question_text]
+    summary_texts = [memory.row]
+    tool_log: list[tuple[str, str]] = []
     usage = Usage()
     requests: list[Usage] = []
     tool_calls = 0
@@ -289,11 +296,15 @@ async def write_reply(
             for use in uses:
                 result = await run_tool(supervisor, stream, use.name, use.input)
                 tool_calls += 1
+                arguments = json.dumps(use.input, ensure_ascii=False, sort_keys=True)
+                tool_log.append((use.name[:64], arguments))
+                if not result.is_error:
+                    (read_texts if result.verbatim else summary_texts).append(result.text)
                 await supervisor.ask(
                     stream,
                     RecordTool(
                         name=use.name[:64],
-                        arguments=json.dumps(use.input, ensure_ascii=False, sort_keys=True),
+                        arguments=arguments,
                         result_bytes=len(result.text.encode()),
                     ),
                 )
@@ -327,9 +338,11 @@ async def write_reply(
             quota_left=max(limit - used, 0),
             failed=True,
             model_seconds=waited,
+            tools=tuple(tool_log),
         )
 
     text = answer.strip() or EMPTY_ANSWER_TEXT
+    grounding = ground(text, read_texts, summary_texts, names=[question.author_name])
     reply = ReplyWritten(
         at_ms=wall_ms,
         model=model,
@@ -339,6 +352,7 @@ async def write_reply(
         text_bytes=len(text.encode()),
         month=month,
         requests=tuple(requests),
+        grounding=grounding,
     )
     if not record:
         left = max(limit - used - 1, 0)
@@ -349,11 +363,14 @@ async def write_reply(
             quota_left=left,
             unrecorded=reply,
             model_seconds=waited,
+            grounding=grounding,
+            tools=tuple(tool_log),
         )
     await supervisor.ask(stream, RecordReply(reply=reply))
     left = max(limit - guild_replies(store, stream.guild_id, month), 0)
     return ReplyOutcome(
-        text=text, tool_calls=tool_calls, usage=usage, quota_left=left, model_seconds=waited
+        text=text, tool_calls=tool_calls, usage=usage, quota_left=left, model_seconds=waited,
+        grounding=grounding, tools=tuple(tool_log),
     )
 
 

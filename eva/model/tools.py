@@ -25,6 +25,9 @@ class ToolAnswer:
 
     text: str
     is_error: bool = False
+    verbatim: bool = True
+    """Whether it gives people's own words (a whole message, recall's hits, a date) rather
+    than summary lines (a zoom into a line's halves)."""
 
 
 class _BadArguments(ValueError):
@@ -153,13 +156,13 @@ async def _run_tool(
             args = _arguments(name, arguments, frozenset({"address"}), frozenset({"page"}))
             address = _text(name, args["address"], "address").strip()
             try:
-                parse_address(address)
+                size = parse_address(address).size
             except ValueError as error:
                 raise _BadArguments(f"zoom: {error}") from None
             page = _whole(name, args.get("page", 1), "page", 1)
             zoomed = await supervisor.ask(stream, Zoom(address=address, page=page))
             assert isinstance(zoomed, Zoomed)
-            return ToolAnswer(zoomed.text)
+            return ToolAnswer(zoomed.text, verbatim=size == 1)
         case "recall":
             args = _arguments(
                 name, arguments, frozenset({"query"}), frozenset({"person", "after", "before"})
