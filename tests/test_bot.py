@@ -52,6 +52,15 @@ def model() -> Iterator[FakeMessagesAPI]:
         yield running
 
 
+def first_requests(model: FakeMessagesAPI) -> list[Any]:
+    """The requests that began a reply: not the round that asks Eva to check details she
+    did not read (this model names a boat nobody mentioned, so each reply gets one)."""
+    return [
+        r for r in model.message_requests()
+        if "Before this answer is posted" not in str(r.body["messages"][-1]["content"])
+    ]
+
+
 def world(fake: FakeDiscord) -> tuple[Guild, User, User, User]:
     guild = next(iter(fake.guilds.values()))
     users = {u.username: u for u in fake.users.values()}
@@ -406,7 +415,7 @@ async def test_a_dropped_gateway_and_a_429_lose_nothing_and_reply_once(
     statuses = [p.status for p in fake.requests("POST", "/channels/*/messages")]
     assert statuses[0] == 429 and statuses[-1] == 200 and statuses.count(200) == 1
     assert len(fake.bot_messages()) == 1
-    assert len(model.message_requests()) == 1
+    assert len(first_requests(model)) == 1
 
 
 async def test_a_restart_backfills_what_was_missed_once_and_answers_no_mention_twice(
@@ -455,7 +464,7 @@ async def test_a_restart_backfills_what_was_missed_once_and_answers_no_mention_t
     assert len(replies) == 2  # the old mention was not answered again; the missed one was
     questions = [m for m in fake.channel_messages(general.id) if "<@" in m["content"]]
     assert [r["message_reference"]["message_id"] for r in replies] == [q["id"] for q in questions]
-    assert len(model.message_requests()) == 2
+    assert len(first_requests(model)) == 2
     fetches = fake.requests("GET", "/channels/*/messages")
     assert {r.query.get("after") for r in fetches} >= {replies[0]["id"]}  # the last one stored
 

@@ -169,3 +169,50 @@ def test_eva_ask_offline_quotes_what_recall_finds(
     assert main(["ask", "21/22", "ferry", "--data", str(data)]) == 0
     out = capsys.readouterr().out
     assert "Eva is offline" in out and "06:40" in out and "offline: no ANTHROPIC_API_KEY" in out
+
+
+CHECK = "Before this answer is posted"
+
+
+def corrects_when_asked(body: JSON) -> str | list[JSON]:
+    """A model that guesses, and when asked to check, zooms to the message and corrects."""
+    last = str(body["messages"][-1]["content"])
+    if CHECK in last:
+        return [{"type": "tool_use", "id": "toolu_9", "name": "zoom",
+                 "input": {"address": "10+1"}}]
+    if "tool_result" in last:
+        return "Kenji said the ferry leaves at 06:40 from Pier 3."
+    return "Kenji said the ferry leaves at 07:15 from Pier 3."
+
+
+def test_a_guess_is_caught_before_it_is_posted_and_checked(
+    data: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "replaced by each fake's own")
+    with FakeMessagesAPI(answer=corrects_when_asked).serve() as model:
+        answer = ask_json(data, model, capsys)
+        bodies = [str(r.body["messages"][-1]["content"]) for r in model.message_requests()]
+    assert len(bodies) == 3 and CHECK in bodies[1] and "07:15" in bodies[1]
+    assert answer["reply"] == "Kenji said the ferry leaves at 06:40 from Pier 3."
+    assert answer["grounding"]["unsupported"] == 0 and answer["grounding"]["summary"] == 0
+    # the guesser is given the round too, once, and what it says then is what is recorded
+    with FakeMessagesAPI(answer=answers_at_once).serve() as hasty:
+        guessed = ask_json(data, hasty, capsys)
+        asked = [str(r.body["messages"][-1]["content"]) for r in hasty.message_requests()]
+    assert len(asked) == 2 and CHECK in asked[1]
+    assert guessed["grounding"]["unsupported"] >= 1
+    # the careful one is never asked
+    with FakeMessagesAPI(answer=zooms_first).serve() as careful:
+        ask_json(data, careful, capsys)
+        assert not any(CHECK in str(r.body["messages"][-1]["content"])
+                       for r in careful.message_requests())
+    # and a setting turns the round off
+    settings = data.parent / "no-check.toml"
+    settings.write_text("[models]\ncheck_guesses = false\n")
+    with FakeMessagesAPI(answer=answers_at_once).serve() as hasty:
+        os.environ["ANTHROPIC_API_KEY"] = hasty.key
+        capsys.readouterr()
+        assert main(["ask", "21/22", "ferry?", "--base-url", hasty.url, "--data", str(data),
+                     "--settings", str(settings), "--json"]) == 0
+        assert len(hasty.message_requests()) == 1
+    open_backend(data).close()

@@ -116,6 +116,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     plan.add_argument("--answer-bytes", type=int, default=assumed.answer_bytes,
                       metavar="B", help="Eva's answer, also posted into the chat "
                       f"(default {assumed.answer_bytes})")
+    plan.add_argument("--check-share", type=float, default=assumed.check_share, metavar="S",
+                      help="share of replies that get the round checking details Eva did "
+                      f"not read, two more requests (default {assumed.check_share})")
     plan.add_argument("--thinking-tokens", type=int, default=assumed.thinking_tokens,
                       metavar="T", help="output spent thinking in each request "
                       f"(default {assumed.thinking_tokens})")
@@ -244,7 +247,10 @@ def assumptions_of(args: argparse.Namespace) -> ReplyAssumptions:
             raise UserError(f"--{name.replace('_', '-')} must not be negative")
     if not 0 <= args.tool_rounds <= 16:
         raise UserError("--tool-rounds must be between 0 and 16")
+    if not 0 <= args.check_share <= 1:
+        raise UserError("--check-share must be between 0 and 1")
     return ReplyAssumptions(
+        check_share=args.check_share,
         tool_rounds=args.tool_rounds,
         tool_result_bytes=args.tool_result_bytes,
         answer_bytes=args.answer_bytes,
@@ -377,6 +383,7 @@ def plan_json(
             "tool_result_bytes": assumptions.tool_result_bytes,
             "answer_bytes": assumptions.answer_bytes,
             "thinking_tokens": assumptions.thinking_tokens,
+            "check_share": assumptions.check_share,
             "bytes_per_token": {
                 model: models.prices[model].bytes_per_token
                 for model in MODELS if model in models.prices
@@ -410,7 +417,8 @@ def describe_plan(result: dict[str, Any]) -> str:
         f"replies: {result['replies']:,} placed ({result['replies_per_month']:,.0f} a month), "
         f"each with {assumed['tool_rounds']} tool round(s) of {assumed['tool_result_bytes']:,} B "
         f"and an answer of {assumed['answer_bytes']:,} B posted into the chat; "
-        f"{assumed['thinking_tokens']} tokens of thinking a request",
+        f"{assumed['thinking_tokens']} tokens of thinking a request; "
+        f"{assumed['check_share']:.0%} of replies get the round that checks unread details",
         f"prices checked {result['price_table_checked']}; tokens are UTF-8 bytes over "
         + ", ".join(f"{v} ({k})" for k, v in assumed["bytes_per_token"].items()),
         f"tree: {tree['model_tasks']:,} model tasks in {tree['requests']:,} requests "

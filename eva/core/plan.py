@@ -68,6 +68,15 @@ class ReplyAssumptions:
     thinking_tokens: int = 100
     """Output the model spends thinking in each request (billed as output; Eva asks for low
     effort, ModelSettings.reply_effort)."""
+    check_share: float = 0.2
+    """Share of replies that state a detail Eva did not read, and so get the round that asks
+    her to check it (ModelSettings.check_guesses): her first answer, then a zoom round, then
+    the answer again; two more requests, each re-reading the prompt."""
+
+    def checked(self, number: int) -> bool:
+        """Whether reply `number` (0, 1, ...) is one of the `check_share` that are checked,
+        spread evenly."""
+        return math.floor((number + 1) * self.check_share) > math.floor(number * self.check_share)
 
     def answer_tokens(self, bytes_per_token: float) -> int:
         return math.ceil(self.answer_bytes / bytes_per_token)
@@ -296,7 +305,7 @@ def bill_variant(
     def tokens(sized: tuple[str, int]) -> int:
         return math.ceil(sized[1] / per)
 
-    for turn in turns:
+    for number, turn in enumerate(turns):
         row = Block(tokens(turn.row), turn.row[0], marks.row)
         for ping_at, row_block in warm.due(turn.at_ms):
             used = cache.request([tools, system, row_block, Block(1, PING_TEXT)], ping_at / 1000)
@@ -308,7 +317,7 @@ def bill_variant(
         usd = 0.0
         output = largest = 0
         cold = True
-        rounds = assumptions.tool_rounds
+        rounds = assumptions.tool_rounds + (2 if assumptions.checked(number) else 0)
         for round_number in range(rounds + 1):
             now_s = turn.at_ms / 1000 + round_number * assumptions.round_seconds
             used = cache.request(blocks, now_s)

@@ -122,6 +122,9 @@ class ModelSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     thinking is billed as output. None: the model's own default (medium for Haiku 5.5)."""
     tool_rounds: int = 4
     """Most rounds of tool use in one reply."""
+    check_guesses: bool = True
+    """When a reply states details Eva did not read word for word (eva.core.grounding) and
+    tool rounds are left, she gets one more round to check them or drop them."""
     replies_per_guild_month: int = 1500
     """Replies Eva gives in one guild in one calendar month (UTC)."""
     cache_layout: str = "long"

@@ -144,6 +144,17 @@ TOOLS: tuple[ToolParam, ...] = (ZOOM_TOOL, RECALL_TOOL, DATE_TOOL)
 TOOL_NAMES = frozenset(tool["name"] for tool in TOOLS)
 
 
+def check_text(details: list[str]) -> str:
+    """The turn that asks Eva to check details she did not read before her answer goes out."""
+    listed = "; ".join(details)
+    return (
+        "Before this answer is posted: it states details you have not read word for word "
+        f"in this conversation, only in summary lines or nowhere: {listed}. Check each with "
+        "zoom (down to the message itself) or recall, then write your whole answer again; "
+        "drop or hedge any detail you cannot find in the messages."
+    )
+
+
 def new_message_text(author_name: str, at_ms: int, content: str) -> str:
     """The last block of a reply request: the message Eva answers, who wrote it and when."""
     when = datetime.fromtimestamp(at_ms / 1000, UTC).strftime("%Y-%m-%d %H:%M UTC")

@@ -64,6 +64,7 @@ from eva.model.prompts import (
     EMPTY_ANSWER_TEXT,
     SYSTEM_PROMPT,
     TOOLS,
+    check_text,
     new_message_text,
     refusal_text,
 )
@@ -258,6 +259,7 @@ async def write_reply(
     model = settings.reply_model
     answer = ""
     waited = 0.0
+    checked = False  # the round that checks unread details was given
     try:
         forced_last = False
         for round_number in range(settings.tool_rounds + 1):
@@ -288,6 +290,17 @@ async def write_reply(
             model = response.model or model
             answer = "".join(b.text for b in response.content if isinstance(b, TextBlock))
             uses = [b for b in response.content if isinstance(b, ToolUseBlock)]
+            if not uses and not last and settings.check_guesses and not checked:
+                guessed = ground(answer, read_texts, summary_texts, [question.author_name])
+                if guessed.guessed:  # one more round to check, before it goes out
+                    checked = True
+                    unread = [d.text for d in guessed.details if d.kind != "read"]
+                    messages = [
+                        *_without_result_marks(messages),
+                        {"role": "assistant", "content": _assistant_blocks(response)},
+                        {"role": "user", "content": check_text(unread)},
+                    ]
+                    continue
             if last or not uses:
                 break
             assistant = _assistant_blocks(response)
