@@ -1,0 +1,43 @@
+# scripts/eval_grounding.py tells a model that reads before it states a detail from one that
+# answers from the row, and shows the check round turning the second into the first.
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "eval_grounding.py"
+
+
+@pytest.fixture(scope="module")
+def evaluation() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("eval_grounding", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["eval_grounding"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_two_scripted_models_are_told_apart(
+    evaluation: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+
+    def run(model: str) -> dict[str, dict[str, int]]:
+        args = argparse.Namespace(questions=6, messages=1500, data=None, channel=None,
+                                  model=model, seed=1)
+        result = evaluation.run(args)
+        assert result["questions"] >= 4
+        return result  # type: ignore[no-any-return]
+
+    careful, hasty = run("careful"), run("hasty")
+    for counts in (careful["without_check"], careful["with_check"], hasty["with_check"]):
+        assert counts["from_summary"] == 0 and counts["made_up"] == 0
+        assert counts["read_first"] >= careful["questions"] // 2  # type: ignore[operator]
+    before = hasty["without_check"]
+    assert before["read_first"] == 0 and before["from_summary"] + before["made_up"] >= 4
