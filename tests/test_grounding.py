@@ -216,3 +216,47 @@ def test_a_guess_is_caught_before_it_is_posted_and_checked(
                      "--settings", str(settings), "--json"]) == 0
         assert len(hasty.message_requests()) == 1
     open_backend(data).close()
+
+
+def test_status_and_audit_show_how_replies_were_grounded(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import time as clock
+
+    from eva.core.events import ChannelDescribed, Usage
+    from eva.core.grounding import Detail, Grounding
+
+    now = int(clock.time() * 1000)
+    month = clock.strftime("%Y-%m", clock.gmtime(now / 1000))
+    data = tmp_path / "data"
+    store = EventStore(open_backend(data))
+
+    def reply(kind: str, to: int) -> ReplyWritten:
+        details = (Detail(text="06:40", kind=kind),)  # type: ignore[arg-type]
+        return ReplyWritten(
+            at_ms=now, model="claude-haiku-5-5", usage=Usage(input_tokens=10), month=month,
+            to_message_id=to,
+            grounding=Grounding(details=details, read=int(kind == "read"),
+                                summary=int(kind == "summary"),
+                                unsupported=int(kind == "unsupported")),
+        )
+
+    store.append(STREAM, [
+        ChannelDescribed(at_ms=now, guild_id=21, channel_id=22, channel_name="boats"),
+        reply("read", 1), reply("summary", 2), reply("unsupported", 3), reply("read", 4),
+    ])
+    open_backend(data).close()
+    capsys.readouterr()
+    assert main(["status", "--data", str(data)]) == 0
+    out = capsys.readouterr().out
+    assert "guessed in 2 of 4 replies" in out and "#boats: guessed in 2 of 4 replies" in out
+    assert main(["status", "--data", str(data), "--json"]) == 0
+    (guild,) = json.loads(capsys.readouterr().out)["guilds"]
+    assert (guild["guessed_replies"], guild["grounded_replies"]) == (2, 4)
+    assert guild["channels"] == [
+        {"channel": "#boats", "guessed_replies": 2, "grounded_replies": 4}
+    ]
+    assert main(["audit", "21/22", "--data", str(data)]) == 0
+    audit = capsys.readouterr().out
+    assert "details: 0 read, 1 only in summaries, 0 unsupported" in audit
+    open_backend(data).close()

@@ -118,6 +118,7 @@ class GuildSpend:
     unpriced: tuple[str, ...]
     grounded: int = 0  # replies of the month whose details were matched (eva.core.grounding)
     guessed: int = 0  # of those, replies that state a detail Eva did not read word for word
+    by_channel: tuple[tuple[str, int, int], ...] = ()  # (#name, guessed, grounded) a channel
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -134,6 +135,10 @@ class GuildSpend:
             "unpriced": list(self.unpriced),
             "grounded_replies": self.grounded,
             "guessed_replies": self.guessed,
+            "channels": [
+                {"channel": name, "guessed_replies": guessed, "grounded_replies": grounded}
+                for name, guessed, grounded in self.by_channel
+            ],
         }
 
 
@@ -170,6 +175,7 @@ def guild_spend(
     replies: dict[int, int] = {}
     grounded: dict[int, int] = {}
     guessed: dict[int, int] = {}
+    channels: dict[int, list[tuple[str, int, int]]] = {}
     for meta in metas:
         stream = StreamId(meta.guild_id, meta.channel_id)
         first = first_seq_at(store, stream, meta.position, start)
@@ -178,10 +184,13 @@ def guild_spend(
             if start <= event.at_ms < stop and isinstance(event, LineWritten | ReplyWritten)
         ]
         report = sum_costs(events, models.prices, cache_ttl=unsplit_ttl(models))
-        for event in events:
-            if isinstance(event, ReplyWritten) and event.grounding is not None:
-                grounded[meta.guild_id] = grounded.get(meta.guild_id, 0) + 1
-                guessed[meta.guild_id] = guessed.get(meta.guild_id, 0) + event.grounding.guessed
+        here = [e.grounding for e in events if isinstance(e, ReplyWritten) and e.grounding]
+        if here:
+            grounded[meta.guild_id] = grounded.get(meta.guild_id, 0) + len(here)
+            caught = sum(g.guessed for g in here)
+            guessed[meta.guild_id] = guessed.get(meta.guild_id, 0) + caught
+            name = f"#{meta.channel_name}" if meta.channel_name else str(stream)
+            channels.setdefault(meta.guild_id, []).append((name, caught, len(here)))
         reports.setdefault(meta.guild_id, CostReport()).add(report)
         names[meta.guild_id] = meta.guild_name or names.get(meta.guild_id, "")
         if meta.reply_month == month:
@@ -198,6 +207,7 @@ def guild_spend(
             unpriced=tuple(report.unpriced),
             grounded=grounded.get(guild, 0),
             guessed=guessed.get(guild, 0),
+            by_channel=tuple(channels.get(guild, ())),
         )
         for guild, report in sorted(reports.items())
     ]
@@ -216,6 +226,10 @@ def spend_table(spends: list[GuildSpend]) -> str:
             f"replies{unpriced}"
             + (f"; guessed in {spend.guessed} of {spend.grounded} replies"
                if spend.grounded else "")
+        )
+        out.extend(
+            f"  {name}: guessed in {caught} of {count} replies this month"
+            for name, caught, count in spend.by_channel
         )
     return "\n".join(out)
 
