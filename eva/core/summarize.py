@@ -20,6 +20,7 @@ import msgspec
 from eva.core.address import Address
 from eva.core.events import Usage
 from eva.core.render import LINE_LIMIT_BYTES, cut_to_bytes, fits, utf8_size
+from eva.core.salience import salient_line
 
 OFFLINE_MODEL = "offline"
 ELLIPSIS = "…"
@@ -227,6 +228,12 @@ def _fit_pieces(pieces: Sequence[_Piece], limit: int) -> str | None:
 
 def _merge_line(left_text: str, right_text: str, limit: int) -> str:
     pieces = _pieces(left_text) + _pieces(right_text)
+    whole = PIECE_SEPARATOR.join(piece.render() for piece in _join_neighbours(pieces))
+    if fits(whole, limit):
+        return whole
+    salient = salient_line([(p.name, p.body) for p in pieces], limit, PIECE_SEPARATOR)
+    if salient is not None and salient.strip():
+        return salient
     for shape in (_join_neighbours, _one_per_speaker):  # the second only if the first fails
         candidate = shape(pieces)
         if candidate:
@@ -246,18 +253,25 @@ def _never_empty(text: str, limit: int) -> str:
 
 
 def offline_line(task: Task, limit: int = LINE_LIMIT_BYTES) -> str:
-    """A deterministic line for `task` made without a model: the start of each part.
+    """A deterministic line for `task` made without a model.
 
-    A leaf keeps the start of its message. A merge keeps each utterance
-    (`Name: text`) of both halves, cutting each to a fair share of the limit;
-    when there are too many to keep them all with their names, it keeps one
-    per speaker, and at worst the list of names.
+    What fits whole is kept whole. Otherwise the most telling whole clauses are
+    kept, every speaker's best one among them, in time order and credited by
+    name (eva.core.salience). Only when not even that fits does it cut: a leaf
+    keeps the start of its message; a merge keeps each utterance (`Name:
+    text`) of both halves, cutting each to a fair share of the limit; when
+    there are too many to keep them all with their names, it keeps one per
+    speaker, and at worst the list of names.
     """
     if limit < 1:
         raise ValueError(f"the line limit must be at least 1 byte, not {limit}")
     match task:
         case LeafTask(text=text):
-            line = _shorten(" ".join(text.split()), limit)
+            flat = " ".join(text.split())
+            chosen = None if fits(flat, limit) else salient_line(
+                [(p.name, p.body) for p in _pieces(flat)], limit, PIECE_SEPARATOR
+            )
+            line = chosen if chosen else _shorten(flat, limit)
         case MergeTask(left_text=left_text, right_text=right_text):
             line = _merge_line(left_text, right_text, limit)
     return _never_empty(line, limit)
