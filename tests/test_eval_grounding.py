@@ -40,4 +40,5 @@ def test_the_two_scripted_models_are_told_apart(
         assert counts["from_summary"] == 0 and counts["made_up"] == 0
         assert counts["read_first"] >= careful["questions"] // 2  # type: ignore[operator]
     before = hasty["without_check"]
-    assert before["read_first"] == 0 and before["from_summary"] + before["made_up"] >= 4
+    guessed = before["from_summary"] + before["made_up"]
+    assert before["read_first"] == 0 and guessed >= hasty["questions"] // 2  # type: ignore[operator]
