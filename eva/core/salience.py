@@ -12,6 +12,7 @@
 # when not one clause fits whole does the caller cut.
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 from typing import NamedTuple
@@ -51,13 +52,16 @@ class Unit(NamedTuple):
     score: float
 
 
-def clauses(body: str) -> list[str]:
+@functools.lru_cache(maxsize=1 << 16)
+def clauses(body: str) -> tuple[str, ...]:
     """`body`'s clauses: split after a sentence ends and around dashes (never empty: a
-    body of no words is one clause of itself)."""
-    parts = [part.strip() for part in _CLAUSE_END.split(body) if part.strip()]
-    return parts or [body.strip()]
+    body of no words is one clause of itself). Cached: a line's clauses are read again
+    by every merge above it."""
+    parts = tuple(part.strip() for part in _CLAUSE_END.split(body) if part.strip())
+    return parts or (body.strip(),)
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def score(clause: str) -> float:
     """How much a clause is worth keeping: nothing for filler, more for each fact in it."""
     # a file's name or a link's path says little: the words around them are scored
@@ -124,12 +128,16 @@ def salient_line(
     rest = sorted(units, key=lambda u: (-u.score, u.order))
     chosen: list[Unit] = []
     taken: set[int] = set()
+    size = 0
     for unit in [*firsts, *rest]:
         if unit.order in taken or (unit.score <= 0 and chosen):
             continue  # filler only while nothing else is kept
+        if size + utf8_size(unit.text) + 1 > limit:  # it adds at least itself and a space
+            continue
         trial = [*chosen, unit]
-        if utf8_size(render(trial, separator)) <= limit:
-            chosen = trial
+        trial_size = utf8_size(render(trial, separator))
+        if trial_size <= limit:
+            chosen, size = trial, trial_size
             taken.add(unit.order)
     if not chosen:
         return None
