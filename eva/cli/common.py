@@ -165,10 +165,10 @@ def open_store(data: Path, *, must_exist: bool = True, write: bool = False) -> E
         try:
             open_already = None if write else open_backend_to_read(data)
             backend = open_already or open_backend(data, readonly=readonly)
-        except OSError as refused:
+        except PermissionError:
             # a file of it this process may read but not write (no permission, or made
             # immutable): a command that only reads opens it read-only instead
-            if write or readonly or not _not_permitted(refused):
+            if write or readonly:
                 raise
             backend = open_backend(data, readonly=True)
         if write:
@@ -179,21 +179,12 @@ def open_store(data: Path, *, must_exist: bool = True, write: bool = False) -> E
     except PermissionError as error:
         raise UserError(
             f"cannot open the data directory {data}: no permission "
-            f"({error.filename or data})"
+            f"({error.strerror}: {error.filename or data})"
         ) from None
     except OSError as error:
         raise UserError(
             f"cannot open the data directory {data}: {error.strerror or error}"
         ) from None
-
-
-def _not_permitted(error: OSError) -> bool:
-    """Whether the file system refused for want of permission (EACCES, EPERM), even where
-    LMDB's message carries no errno."""
-    text = str(error)
-    return isinstance(error, PermissionError) or any(
-        words in text for words in ("Permission denied", "Operation not permitted")
-    )
 
 
 def find_stream(store: EventStore, text: str) -> StreamId:

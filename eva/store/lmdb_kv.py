@@ -11,6 +11,7 @@
 # - the same directory opened twice in one process gives the same environment.
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import threading
@@ -214,7 +215,7 @@ class LmdbBackend:
                 lock=not self.readonly,
             )
         except lmdb.Error as error:  # LMDB says what the file system said, without a type
-            raise OSError(f"LMDB cannot open it: {error}") from error
+            raise _typed(error, path) from error
         self.stale_readers_cleared = 0 if self.readonly else int(self.env.reader_check())
         try:
             self.dbs: dict[Table, Any] = {
@@ -333,6 +334,22 @@ class LmdbBackend:
         if self._writer_lock is not None:
             os.close(self._writer_lock)
             self._writer_lock = None
+
+
+_REFUSALS = {
+    "Permission denied": errno.EACCES,
+    "Operation not permitted": errno.EPERM,
+}
+
+
+def _typed(error: lmdb.Error, path: Path) -> OSError:
+    """LMDB's refusal to open as the OSError it stands for: a PermissionError when the
+    file system denied it (LMDB gives only the words, no errno)."""
+    text = str(error)
+    for words, number in _REFUSALS.items():
+        if text.endswith(words):
+            return PermissionError(number, words, str(path))
+    return OSError(f"LMDB cannot open it: {text}")
 
 
 def open_backend_to_read(path: Path | str) -> LmdbBackend | None:
