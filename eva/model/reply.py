@@ -260,6 +260,8 @@ async def write_reply(
     answer = ""
     waited = 0.0
     checked = False  # the round that checks unread details was given
+    grounding: Grounding | None = None  # of the latest answer, once it was matched
+    names = [question.author_name]
     try:
         forced_last = False
         for round_number in range(settings.tool_rounds + 1):
@@ -291,10 +293,11 @@ async def write_reply(
             answer = "".join(b.text for b in response.content if isinstance(b, TextBlock))
             uses = [b for b in response.content if isinstance(b, ToolUseBlock)]
             if not uses and not last and settings.check_guesses and not checked:
-                guessed = ground(answer, read_texts, summary_texts, [question.author_name])
-                if guessed.guessed:  # one more round to check, before it goes out
+                grounding = ground(answer.strip(), read_texts, summary_texts, names)
+                if grounding.guessed:  # one more round to check, before it goes out
                     checked = True
-                    unread = [d.text for d in guessed.details if d.kind != "read"]
+                    unread = [d.text for d in grounding.details if d.kind != "read"]
+                    grounding = None  # the answer that follows is matched again
                     messages = [
                         *_without_result_marks(messages),
                         {"role": "assistant", "content": _assistant_blocks(response)},
@@ -355,7 +358,8 @@ async def write_reply(
         )
 
     text = answer.strip() or EMPTY_ANSWER_TEXT
-    grounding = ground(text, read_texts, summary_texts, names=[question.author_name])
+    if grounding is None or text != answer.strip():  # not matched above as it stands
+        grounding = ground(text, read_texts, summary_texts, names)
     reply = ReplyWritten(
         at_ms=wall_ms,
         model=model,
