@@ -3,25 +3,18 @@
 # over 200 kills.
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
+
+from script_module import load_script
 
 from eva.core import keys
 from eva.core.keys import StreamId
 from eva.core.tables import Tables
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "crash_suite.py"
-
 
 def load_suite() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("crash_suite", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["crash_suite"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("crash_suite")
 
 
 def test_a_sample_of_kills_loses_nothing_and_ends_as_a_clean_run(tmp_path: Path) -> None:

@@ -3,24 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import sys
-from pathlib import Path
 from types import ModuleType
 
 import pytest
-
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "eval_grounding.py"
+from script_module import load_script
 
 
 @pytest.fixture(scope="module")
 def evaluation() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("eval_grounding", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["eval_grounding"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("eval_grounding")
 
 
 def test_the_two_scripted_models_are_told_apart(

@@ -3,25 +3,17 @@
 # result. The suite itself runs thousands of each.
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections import Counter
 from pathlib import Path
 from types import ModuleType
 
 import pytest
-
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "fuzz_suite.py"
+from script_module import load_script
 
 
 @pytest.fixture(scope="module")
 def suite() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("fuzz_suite", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["fuzz_suite"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("fuzz_suite")
 
 
 def test_mutated_exports_are_refused_in_one_line_or_imported_right(
