@@ -255,7 +255,7 @@ class EventStore:
         """The stream's events from `start`, read in chunks of short transactions, each
         checked against its seal (DamagedLog names the first that does not match)."""
         previous: bytes | None = None
-        for seq, data, sealed in self._sealed_events(stream, start, stop):
+        for seq, data, sealed in self._stored(stream, start, stop, sealed=True):
             if previous is None:
                 with self.backend.reading() as tables:
                     previous = seal_before(tables, stream, seq)
@@ -264,34 +264,18 @@ class EventStore:
                 raise altered(stream, seq)
             yield seq, decoded(stream, seq, data)
 
-    def _sealed_events(
-        self, stream: StreamId, start: int, stop: int | None
-    ) -> Iterator[tuple[int, bytes, bytes | None]]:
-        """`raw_events` with each event's stored seal."""
-        position = start
-        end = (
-            keys.event_key(stream, stop)
-            if stop is not None
-            else keys.prefix_end(keys.stream_prefix(stream))
-        )
-        while True:
-            with self.backend.reading() as tables:
-                chunk = []
-                for key, data in tables.scan("events", keys.event_key(stream, position), end):
-                    sealed = tables.get(CHAIN, key)
-                    kept = None if sealed is None else bytes(sealed)
-                    chunk.append((keys.seq_of(key), data, kept))
-                    if len(chunk) == READ_CHUNK:
-                        break
-            yield from chunk
-            if len(chunk) < READ_CHUNK:
-                return
-            position = chunk[-1][0] + 1
-
     def raw_events(
         self, stream: StreamId, start: int = 0, stop: int | None = None
     ) -> Iterator[tuple[int, bytes]]:
         """The stored bytes of the stream's events, in order."""
+        for seq, data, _ in self._stored(stream, start, stop, sealed=False):
+            yield seq, data
+
+    def _stored(
+        self, stream: StreamId, start: int, stop: int | None, *, sealed: bool
+    ) -> Iterator[tuple[int, bytes, bytes | None]]:
+        """(sequence number, stored bytes, and if `sealed` the stored seal) of the stream's
+        events from `start`, read in chunks of short transactions."""
         end = (
             keys.event_key(stream, stop)
             if stop is not None
@@ -302,7 +286,8 @@ class EventStore:
             with self.backend.reading() as tables:
                 chunk = []
                 for key, data in tables.scan("events", keys.event_key(stream, position), end):
-                    chunk.append((keys.seq_of(key), data))
+                    found = tables.get(CHAIN, key) if sealed else None
+                    chunk.append((keys.seq_of(key), data, None if found is None else bytes(found)))
                     if len(chunk) == READ_CHUNK:
                         break
             yield from chunk
