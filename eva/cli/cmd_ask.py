@@ -4,7 +4,6 @@ from __future__ import annotations
 import argparse
 import os
 import time
-from typing import Any
 
 import msgspec
 import trio
@@ -22,12 +21,14 @@ from eva.cli.common import (
 from eva.core.costs import reply_cost
 from eva.core.events import ReplyWritten
 from eva.core.grounding import Grounding
+from eva.core.keys import StreamId
 from eva.core.recall import RecallView
 from eva.core.render import visible
-from eva.core.settings import LiveSettings, ModelSettings
+from eva.core.settings import LiveSettings, MemorySettings, ModelSettings
 from eva.core.summarize import OfflineSummarizer
 from eva.live.inputs import Post, Recall
-from eva.live.supervisor import open_supervisor
+from eva.live.supervisor import Supervisor, open_supervisor
+from eva.store.event_store import EventStore
 
 QUESTION_ID = 1
 """The message id the question is asked under: none of Discord's is this small."""
@@ -101,8 +102,8 @@ def json_text(value: object) -> str:
 
 
 async def ask(
-    store: Any, stream: Any, question: Post, settings: Any, models: ModelSettings,
-    key: str | None, now_ms: int,
+    store: EventStore, stream: StreamId, question: Post, settings: MemorySettings,
+    models: ModelSettings, key: str | None, now_ms: int,
 ) -> dict[str, object]:
     live = LiveSettings(write_process=False)
     async with open_supervisor(store, OfflineSummarizer(), settings, live, resume=False) as sup:
@@ -135,7 +136,7 @@ async def ask(
     }
 
 
-async def offline(sup: Any, stream: Any, question: Post) -> dict[str, object]:
+async def offline(sup: Supervisor, stream: StreamId, question: Post) -> dict[str, object]:
     """Without a key: what the bot says offline, the messages recall finds."""
     from eva.discord.mapping import offline_reply
 
