@@ -15,10 +15,11 @@ from eva.core import recall_search
 from eva.core.block import ShownMessage
 from eva.core.keys import StreamId, stream_prefix
 from eva.core.memtables import MemoryTables
-from eva.core.recall import recall_text, recall_view
+from eva.core.recall import RecallView, recall_text, recall_view
 from eva.core.recall_index import BUCKET_SIZE, PostingBuffer, StreamTexts
 from eva.core.recall_search import SearchResult, search
 from eva.core.render import utf8_size
+from eva.core.stems import stem
 from eva.core.terms import terms
 
 STREAM = StreamId(7, 9)
@@ -171,25 +172,33 @@ def test_very_common_terms_still_count_in_total() -> None:
 
 
 def plain_bm25(texts: dict[int, str], query: str, limit: int) -> SearchResult:
-    """BM25 written out message by message, as the search is defined (k1 1.2, b 0.75)."""
+    """BM25 written out message by message, as the search is defined: k1 1.2, b
+    `recall_search.B`, a query word matching every word with its stem."""
     words = {index: terms(text) for index, text in texts.items() if terms(text)}
     documents = len(words)
     length = sum(len(found) for found in words.values())
     scores: dict[int, float] = {}
-    query_terms = list(dict.fromkeys(terms(query)))
-    df = {term: sum(term in found for found in words.values()) for term in query_terms}
-    for term in sorted((t for t in query_terms if df[t]), key=lambda t: (df[t], t.encode())):
-        weight = math.log(1 + (documents - df[term] + 0.5) / (df[term] + 0.5)) * 2.2
+    query_words = list({stem(t.encode()): t for t in reversed(terms(query))}.values())[::-1]
+
+    def count(word: str, found: list[str]) -> int:
+        return sum(stem(t.encode()) == stem(word.encode()) for t in found)
+
+    df = {word: sum(count(word, found) > 0 for found in words.values()) for word in query_words}
+    b = recall_search.B
+    for word in sorted((w for w in query_words if df[w]), key=lambda w: (df[w], w.encode())):
+        weight = math.log(1 + (documents - df[word] + 0.5) / (df[word] + 0.5)) * 2.2
         for index, found in words.items():
-            tf = found.count(term)
+            tf = count(word, found)
             if tf:
-                norm = tf + 1.2 * 0.25 + 1.2 * 0.75 * documents / length * len(found)
+                norm = tf + 1.2 * (1 - b) + 1.2 * b * documents / length * len(found)
                 scores[index] = scores.get(index, 0.0) + weight * tf / norm
     best = sorted(scores.items(), key=lambda item: (item[1], item[0]), reverse=True)
     return SearchResult(best[:limit], len(scores))
 
 
-_WORDS = st.sampled_from(["boat", "marigold", "noon", "lunch", "the", "a", "sail", "Boat"])
+_WORDS = st.sampled_from(
+    ["boat", "boats", "marigold", "noon", "lunch", "the", "a", "sail", "sailing", "Boat"]
+)
 
 
 @settings(max_examples=300, deadline=None)
@@ -383,27 +392,73 @@ def test_unindexed_messages_are_searched_as_if_indexed(
 
 
 def chat(
-    texts: list[str], deleted: frozenset[int] = frozenset()
+    texts: list[str],
+    deleted: frozenset[int] = frozenset(),
+    *,
+    minutes: list[int] | None = None,
+    replies: dict[int, int] | None = None,
 ) -> Callable[[int], ShownMessage | None]:
+    """Messages a minute apart (or at `minutes`), message i with Discord id 1000 + i,
+    `replies` saying which message replies to which."""
+
     def message_at(index: int) -> ShownMessage | None:
         if not 0 <= index < len(texts):
             return None
+        parent = (replies or {}).get(index)
         return ShownMessage(
             index=index,
-            at_ms=DAY_MS * 19000 + index * 60_000,
+            at_ms=DAY_MS * 19000 + (minutes[index] if minutes else index) * 60_000,
             author_name=f"user{index % 3}",
             content=texts[index],
             deleted=index in deleted,
+            message_id=1000 + index,
+            reply_to=None if parent is None else 1000 + parent,
         )
 
     return message_at
+
+
+def shown_indexes(view: RecallView) -> list[list[int]]:
+    return [[message.index for message in window] for window in view.windows]
+
+
+def test_context_stops_at_a_long_pause() -> None:
+    texts = [f"line {i}" for i in range(8)]
+    # 3 and 4 are a turn of talk; 2 came hours before, 5 hours after
+    minutes = [0, 1, 2, 400, 401, 900, 901, 902]
+    view = recall_view("line", SearchResult([(3, 1.0)], 1), chat(texts, minutes=minutes))
+    assert shown_indexes(view) == [[3, 4]]
+
+
+def test_a_hit_is_shown_with_the_message_it_replies_to_and_its_first_reply() -> None:
+    texts = [f"line {i}" for i in range(40)]
+    replies = {20: 2, 24: 20, 26: 20}  # 20 answers 2; 24 and 26 answer 20
+    view = recall_view(
+        "line",
+        SearchResult([(20, 1.0)], 1),
+        chat(texts, replies=replies),
+        index_of=lambda message_id: message_id - 1000,
+    )
+    assert shown_indexes(view) == [[2, 19, 20, 21, 24]]
+    # without a way to find the parent by id, only the reply after it is found
+    alone = recall_view("line", SearchResult([(20, 1.0)], 1), chat(texts, replies=replies))
+    assert shown_indexes(alone) == [[19, 20, 21, 24]]
+
+
+def test_a_hit_too_big_for_what_is_left_gives_way_to_smaller_ones() -> None:
+    texts = ["short needle"] * 10 + ["needle " + "hay " * 70] * 3
+    result = SearchResult([(0, 3.0), (11, 2.0), (5, 1.0)], 3)
+    view = recall_view("needle", result, chat(texts), cap_bytes=700)
+    hits = [m.index for window in view.windows for m in window if m.hit]
+    assert hits == [0, 5]
+    assert view.more == 1
 
 
 def test_recall_text_shows_hits_with_context() -> None:
     texts = [f"filler {i}" for i in range(20)]
     texts[10] = "the key\nis under the mat"
     result = SearchResult([(10, 3.0)], 1)
-    text = recall_text("key", result, chat(texts))
+    text = recall_text("key", result, chat(texts), context=2)
     lines = text.splitlines()
     assert lines[0].startswith('1 messages match "key"')
     window = lines[2:]
@@ -414,7 +469,7 @@ def test_recall_text_shows_hits_with_context() -> None:
 def test_overlapping_windows_merge_in_rank_order() -> None:
     texts = [f"line {i}" for i in range(40)]
     result = SearchResult([(30, 5.0), (5, 4.0), (7, 3.0), (33, 2.0)], 4)
-    view = recall_view("line", result, chat(texts))
+    view = recall_view("line", result, chat(texts), context=2)
     assert [[m.index for m in window] for window in view.windows] == [
         [28, 29, 30, 31, 32, 33, 34, 35],
         [3, 4, 5, 6, 7, 8, 9],
@@ -428,10 +483,10 @@ def test_deleted_messages_are_never_shown() -> None:
     texts = [f"line {i}" for i in range(10)]
     gone = frozenset({3, 5, 6})
     result = SearchResult([(4, 2.0), (5, 1.0)], 2)
-    text = recall_text("line", result, chat(texts, gone))
+    text = recall_text("line", result, chat(texts, gone), context=2)
     for index in gone:
         assert f"[{index}]" not in text
-    view = recall_view("line", result, chat(texts, gone))
+    view = recall_view("line", result, chat(texts, gone), context=2)
     assert [m.index for m in view.windows[0]] == [1, 2, 4, 7, 8]
 
 
@@ -474,4 +529,5 @@ def test_search_feeds_recall_end_to_end() -> None:
     text = recall_text("Zanzibar", result, chat(texts))
     assert "> [1]" in text
     assert "  [0]" in text
-    assert "  [3]" in text
+    assert "  [2]" in text
+    assert "[3]" not in text  # one message of context on each side

@@ -29,6 +29,8 @@ class ShownMessage(msgspec.Struct, frozen=True, kw_only=True):
     attachments: tuple[str, ...] = ()
     edited: bool = False
     deleted: bool = False
+    message_id: int = 0  # the Discord id, 0 if not known
+    reply_to: int | None = None  # the Discord id of the message it replies to
 
 
 def local_minute(at_ms: int, tz: tzinfo = UTC) -> str:

@@ -18,7 +18,13 @@ from eva.core.block import ShownMessage, local_minute
 from eva.core.recall_search import SearchResult
 from eva.core.render import cut_to_bytes, flatten_line_breaks, render_message, utf8_size
 
-MESSAGE_BYTES = 300
+MESSAGE_BYTES = 300  # a hit's text, at most
+CONTEXT_BYTES = 100  # a message shown around a hit, at most
+CONTEXT = 1  # messages shown on each side of a hit, at most
+# A pause longer than this ends a turn of talk: context stops there.
+TURN_GAP_MS = int(0.25 * 60 * 60 * 1000)
+# How far after a hit a reply to it is looked for.
+REPLY_REACH = 8
 ELLIPSIS = "…"
 
 
@@ -46,8 +52,9 @@ class RecallView(msgspec.Struct, frozen=True, kw_only=True):
 def _shown(message: ShownMessage, hit: bool, tz: tzinfo) -> RecallLine:
     # `render_message` with no name gives ": text [attachment: ...]".
     body = flatten_line_breaks(render_message("", message.content, message.attachments)[2:])
-    if utf8_size(body) > MESSAGE_BYTES:
-        body = cut_to_bytes(body, MESSAGE_BYTES - utf8_size(ELLIPSIS)) + ELLIPSIS
+    most = MESSAGE_BYTES if hit else CONTEXT_BYTES
+    if utf8_size(body) > most:
+        body = cut_to_bytes(body, most - utf8_size(ELLIPSIS)) + ELLIPSIS
     return RecallLine(
         index=message.index,
         at_ms=message.at_ms,
@@ -72,20 +79,46 @@ def _visible(message_at: Callable[[int], ShownMessage | None], index: int) -> Sh
 
 
 def _neighbours(
-    message_at: Callable[[int], ShownMessage | None], index: int, step: int, context: int
+    message_at: Callable[[int], ShownMessage | None], start: ShownMessage, step: int, context: int
 ) -> list[ShownMessage]:
-    """Up to `context` shown messages from `index` in direction `step`, skipping gone ones."""
+    """Up to `context` shown messages from `start` in direction `step` in the same turn of
+    talk: skipping gone ones, and stopping at a pause longer than `TURN_GAP_MS`."""
     found: list[ShownMessage] = []
-    probe = index + step
+    probe = start.index + step
+    last = start
     # Walk a bounded distance: a long run of erased messages is not searched through.
     for _ in range(4 * context + 8):
         if len(found) == context:
             break
         message = _visible(message_at, probe)
         if message is not None:
+            if abs(message.at_ms - last.at_ms) > TURN_GAP_MS:
+                break
             found.append(message)
+            last = message
         probe += step
     return found
+
+
+def _replies(
+    message_at: Callable[[int], ShownMessage | None],
+    hit: ShownMessage,
+    index_of: Callable[[int], int | None],
+) -> list[ShownMessage]:
+    """The message `hit` replies to, and the first reply to it among the next few."""
+    linked = []
+    if hit.reply_to is not None:
+        parent_index = index_of(hit.reply_to)
+        parent = None if parent_index is None else _visible(message_at, parent_index)
+        if parent is not None and parent.index < hit.index:
+            linked.append(parent)
+    if hit.message_id:
+        for probe in range(hit.index + 1, hit.index + 1 + REPLY_REACH):
+            message = _visible(message_at, probe)
+            if message is not None and message.reply_to == hit.message_id:
+                linked.append(message)
+                break
+    return linked
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,11 +179,19 @@ def recall_view(
     result: SearchResult,
     message_at: Callable[[int], ShownMessage | None],
     *,
-    context: int = 2,
+    context: int = CONTEXT,
     cap_bytes: int = 8000,
     tz: tzinfo = UTC,
+    index_of: Callable[[int], int | None] = lambda _message_id: None,
 ) -> RecallView:
-    """Recall's answer as data: the hits that fit `cap_bytes` as text, with their context."""
+    """Recall's answer as data: the hits that fit `cap_bytes` as text, with their context.
+
+    A hit's context is the turn of talk around it (up to `context` messages
+    each side, none past a long pause), the message it replies to wherever
+    that is (`index_of` finds a Discord message id's index) and the first
+    reply to it close after. A hit whose window would pass `cap_bytes` is
+    left out and the next ones are tried.
+    """
     windows: list[_Window] = []
     shown: list[tuple[RecallLine, ...]] = []  # each window's lines
     texts: list[str] = []  # and its text
@@ -160,9 +201,10 @@ def recall_view(
         if hit is None:
             continue
         around = [
-            *reversed(_neighbours(message_at, index, -1, context)),
+            *_neighbours(message_at, hit, -1, context),
             hit,
-            *_neighbours(message_at, index, 1, context),
+            *_neighbours(message_at, hit, 1, context),
+            *_replies(message_at, hit, index_of),
         ]
         new = _Window({message.index: message for message in around}, frozenset((index,)))
         grown = _with_hit(windows, new)
@@ -177,7 +219,7 @@ def recall_view(
         more = result.total - shown_hits - 1
         text = _render(query, grown_texts, shown_hits + 1, result.total, more)
         if utf8_size(text) > cap_bytes:
-            break
+            continue
         windows, shown, texts, shown_hits = grown, grown_shown, grown_texts, shown_hits + 1
     return RecallView(
         query=query,
@@ -193,7 +235,7 @@ def recall_text(
     result: SearchResult,
     message_at: Callable[[int], ShownMessage | None],
     *,
-    context: int = 2,
+    context: int = CONTEXT,
     cap_bytes: int = 8000,
     tz: tzinfo = UTC,
 ) -> str:

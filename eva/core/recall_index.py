@@ -42,6 +42,8 @@ _MAX_TF: Final = 0xFF
 _MAX_LENGTH: Final = 0xFFFF
 _OFFSET_MASK: Final = BUCKET_SIZE - 1
 _TERM_END: Final = b"\x00"
+# The most distinct terms `indexed_forms` looks at for one start.
+MAX_FORMS_WALKED: Final = 400
 _TOTALS_SUFFIX: Final = b"\x00"
 _POSTING = struct.Struct("<HHB")  # offset, document length, term frequency
 POSTING_SIZE: Final = _POSTING.size
@@ -417,28 +419,55 @@ def term_postings(
     return found, df
 
 
-def open_postings(
-    unindexed: Iterable[tuple[int, str]], query_terms: Iterable[bytes]
-) -> tuple[dict[bytes, list[tuple[int, bytes]]], int, int]:
-    """The postings of `query_terms` in messages the index does not hold yet, as it would.
+def indexed_forms(
+    tables: Tables, prefix: bytes, start: bytes, wanted: Callable[[bytes], bool]
+) -> list[bytes]:
+    """The terms of a stream's index that begin with `start` and that `wanted` accepts.
 
-    Returns them by term (base index, one record each) with the number of
+    Walks the distinct terms from `start` on, one key lookup each: a term's
+    keys (one per bucket) are stepped over at once.
+    """
+    found: list[bytes] = []
+    low = prefix + start
+    stop = prefix + start[:-1] + bytes((start[-1] + 1,))  # past every term starting so
+    for _ in range(MAX_FORMS_WALKED):
+        key = next((key for key, _ in tables.scan(POSTINGS, low, stop)), None)
+        if key is None:
+            break
+        term = key[len(prefix) : key.index(_TERM_END, len(prefix))]
+        if wanted(term):
+            found.append(term)
+        low = prefix + term + b"\x01"  # past this term's buckets
+    return found
+
+
+def open_postings(
+    unindexed: Iterable[tuple[int, str]], words: Sequence[bytes], stem_of: Callable[[bytes], bytes]
+) -> tuple[dict[bytes, list[tuple[int, bytes]]], int, int]:
+    """The postings of `words` in messages the index does not hold yet, as it would.
+
+    A message's term counts for the word with the same stem (`stem_of`).
+    Returns them by word (base index, one record each) with the number of
     messages that have terms and their summed length. Only those terms are
     counted: the others would score nothing.
     """
-    postings: dict[bytes, list[tuple[int, bytes]]] = {term: [] for term in query_terms}
+    postings: dict[bytes, list[tuple[int, bytes]]] = {word: [] for word in words}
+    by_stem = {stem_of(word): word for word in reversed(words)}  # the first word of a stem
     documents = length = 0
     pack = _POSTING.pack
     for index, text in unindexed:
-        words = term_bytes(text)
-        if not words:
+        terms = term_bytes(text)
+        if not terms:
             continue
         documents += 1
-        doc_length = min(len(words), _MAX_LENGTH)
+        doc_length = min(len(terms), _MAX_LENGTH)
         length += doc_length
+        counts: dict[bytes, int] = {}
+        for term in terms:
+            word = by_stem.get(stem_of(term))
+            if word is not None:
+                counts[word] = counts.get(word, 0) + 1
         base, offset = index - (index & _OFFSET_MASK), index & _OFFSET_MASK
-        for term, found in postings.items():
-            tf = words.count(term)
-            if tf:
-                found.append((base, pack(offset, doc_length, min(tf, _MAX_TF))))
+        for word, tf in counts.items():
+            postings[word].append((base, pack(offset, doc_length, min(tf, _MAX_TF))))
     return postings, documents, length

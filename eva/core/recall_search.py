@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Final
 
@@ -20,10 +20,12 @@ import numpy.typing as npt
 from eva.core.keys import StreamId, stream_prefix
 from eva.core.recall_index import (
     POSTING_SIZE,
+    indexed_forms,
     open_postings,
     read_totals,
     term_postings,
 )
+from eva.core.stems import forms_prefix, stem
 from eva.core.tables import Tables
 from eva.core.terms import term_bytes
 
@@ -31,7 +33,8 @@ from eva.core.terms import term_bytes
 # query terms already found, once those are at least `limit` (see `search`).
 COMMON_DF: Final = 2000
 K1: Final = 1.2
-B: Final = 0.75
+COVERAGE: Final = 0.0
+B: Final = 0.3
 # Scores are summed in arrays over every message index up to the highest hit while
 # that is at most this many; past it, over the messages that hold a query term.
 DENSE_MESSAGES: Final = 1 << 20
@@ -63,36 +66,46 @@ class _TermRecords:
     tfs: _Floats
 
 
-def _term_records(df: int, term: bytes, postings: list[tuple[int, bytes]]) -> _TermRecords:
+def _term_records(word: bytes, postings: list[tuple[int, bytes]]) -> _TermRecords:
+    """One word's records from the postings of its forms; a message holding two forms
+    counts once, with their frequencies summed."""
     records = np.frombuffer(b"".join(data for _, data in postings), dtype=_RECORD)
     counts = [len(data) // POSTING_SIZE for _, data in postings]
     bases = np.repeat(np.array([base for base, _ in postings], dtype=np.int64), counts)
-    return _TermRecords(
-        df,
-        term,
-        bases + records["offset"],
-        records["length"].astype(np.float64),
-        records["tf"].astype(np.float64),
-    )
+    indexes = bases + records["offset"]
+    lengths = records["length"].astype(np.float64)
+    tfs = records["tf"].astype(np.float64)
+    held, first, inverse = np.unique(indexes, return_index=True, return_inverse=True)
+    if len(held) < len(indexes):
+        indexes, lengths = held, lengths[first]
+        tfs = np.bincount(inverse, weights=tfs, minlength=len(held)).astype(np.float64)
+    return _TermRecords(len(indexes), word, indexes, lengths, tfs)
 
 
 def search(
     tables: Tables,
     stream: StreamId,
-    query: str,
+    query: str | Sequence[bytes],
     limit: int,
     unindexed: Iterable[tuple[int, str]] = (),
+    *,
+    within: Sequence[tuple[int, int]] = (),
 ) -> SearchResult:
     """The stream's messages best matching the words of `query`, by BM25.
 
-    `unindexed` are (index, text) of messages the index does not hold yet
-    (the projection indexes messages in whole chunks); they are searched,
-    and weigh in the statistics, exactly as if it held them.
+    `query` is a text or its words (index terms). Each word matches every
+    indexed term with its stem (eva.core.stems): its forms count together as
+    one term would. `unindexed` are (index, text) of messages the index does
+    not hold yet (the projection indexes messages in whole chunks); they are
+    searched, and weigh in the statistics, exactly as if it held them.
+    `within`, if given, are [start, stop) ranges of message indexes: only
+    messages in them are ranked or counted, while the statistics stay those
+    of the whole channel.
 
     Hits are ranked by score, best first; equal scores put the newer message
-    first. `total` counts every message holding at least one query term.
-    Terms are scored from the rarest up. A term found in more than
-    `COMMON_DF` messages, once rarer terms (in at most `COMMON_DF` each) have
+    first. `total` counts every message holding at least one query word.
+    Words are scored from the rarest up. A word found in more than
+    `COMMON_DF` messages, once rarer words (in at most `COMMON_DF` each) have
     found at least `limit` messages, is scored only for the messages already
     found: a message matching nothing but such common words could not have
     ranked among them in ordinary cases. Those messages still count in
@@ -100,20 +113,26 @@ def search(
     """
     prefix = stream_prefix(stream)
     length, per_bucket = read_totals(tables, prefix)
-    query_terms = list(dict.fromkeys(term_bytes(query)))
-    open_found, open_documents, open_length = open_postings(unindexed, query_terms)
+    words = term_bytes(query) if isinstance(query, str) else list(query)
+    query_words = list({stem(word): word for word in reversed(words)}.values())[::-1]
+    open_found, open_documents, open_length = open_postings(unindexed, query_words, stem)
     documents = sum(per_bucket) + open_documents
     length += open_length
     if documents == 0 or limit <= 0:
         return SearchResult([], 0)
     buckets = [bucket for bucket, count in enumerate(per_bucket) if count]
     found: list[_TermRecords] = []
-    for term in query_terms:
-        postings, df = term_postings(tables, prefix, term, buckets)
-        postings.extend(open_found[term])
-        df += len(open_found[term])
-        if df:
-            found.append(_term_records(df, term, postings))
+    for word in query_words:
+        postings = [
+            posting
+            for form in _forms(tables, prefix, word)
+            for posting in term_postings(tables, prefix, form, buckets)[0]
+        ]
+        postings.extend(open_found[word])
+        if postings:
+            found.append(_term_records(word, postings))
+    if within:
+        found = [kept for kept in (_kept(records, within) for records in found) if kept]
     if not found:
         return SearchResult([], 0)
     found.sort(key=lambda records: (records.df, records.term))
@@ -131,6 +150,29 @@ def search(
     return SearchResult([(int(held[i]), score) for i, score in result.hits], result.total)
 
 
+def _forms(tables: Tables, prefix: bytes, word: bytes) -> list[bytes]:
+    """The indexed terms that are forms of `word`: those with its stem (itself, if indexed)."""
+    wanted = stem(word)
+    if wanted == word and not word.isalpha():  # numbers and the like: the word alone
+        return [word]
+    return indexed_forms(tables, prefix, forms_prefix(word), lambda term: stem(term) == wanted)
+
+
+def _kept(records: _TermRecords, within: Sequence[tuple[int, int]]) -> _TermRecords | None:
+    """The records of messages inside the `within` ranges (the word's `df` unchanged)."""
+    bounds = np.array([edge for span in sorted(within) for edge in span], dtype=np.int64)
+    # An index inside [start, stop) falls after an odd number of the sorted edges.
+    inside = np.searchsorted(bounds, records.indexes, side="right") % 2 == 1
+    if not inside.any():
+        return None
+    return replace(
+        records,
+        indexes=records.indexes[inside],
+        lengths=records.lengths[inside],
+        tfs=records.tfs[inside],
+    )
+
+
 def _best(
     found: list[_TermRecords], size: int, documents: int, length: int, limit: int
 ) -> SearchResult:
@@ -138,6 +180,7 @@ def _best(
     scores = np.zeros(size, dtype=np.float64)
     scored = np.zeros(size, dtype=np.bool_)  # messages with a score
     matched = np.zeros(size, dtype=np.bool_)  # messages holding any query term
+    words = np.zeros(size, dtype=np.float64)  # how many query words each message holds
     length_weight = K1 * B * documents / length
     constant = K1 * (1 - B)
     rare_found = 0  # messages found by terms in at most COMMON_DF messages
@@ -146,6 +189,7 @@ def _best(
         weight = math.log(1 + (documents - df + 0.5) / (df + 0.5)) * (K1 + 1)
         term_scores = weight * tfs / (tfs + constant + length_weight * records.lengths)
         matched[indexes] = True
+        words[indexes] += 1
         if df > COMMON_DF and rare_found >= limit:
             known = scored[indexes]
             scores[indexes[known]] += term_scores[known]
@@ -154,6 +198,8 @@ def _best(
         scored[indexes] = True
         if df <= COMMON_DF:
             rare_found = int(np.count_nonzero(scored))
+    if COVERAGE and len(found) > 1:  # a message holding more of the words ranks higher
+        scores *= (words / len(found)) ** COVERAGE
     return SearchResult(_ranked(scores, scored, limit), int(np.count_nonzero(matched)))
 
 

@@ -4,6 +4,7 @@
 # eva.core.render). Every call sees one channel only.
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from datetime import tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -13,11 +14,13 @@ import msgspec
 from eva.core.address import Address, format_address, halves, parse_address
 from eva.core.block import ShownMessage, message_line, tail_lines
 from eva.core.forget import person_messages
-from eva.core.keys import StreamId
+from eva.core.keys import StreamId, decode_u64, discord_id_key
 from eva.core.projection import indexed_text, indexed_upto
 from eva.core.prompt import memory_prompt
 from eva.core.recall import RecallView, recall_view
-from eva.core.recall_search import search
+from eva.core.recall_query import index_ranges, read_query
+from eva.core.recall_rank import name_words, names_in, with_authors
+from eva.core.recall_search import SearchResult, search
 from eva.core.render import cut_to_bytes, render_line
 from eva.core.settings import MemorySettings
 from eva.core.state import StreamMeta
@@ -93,6 +96,8 @@ def shown(index: int, message: StoredMessage) -> ShownMessage:
         attachments=message.attachments,
         edited=message.edited_at_ms is not None,
         deleted=message.deleted,
+        message_id=message.posted.message_id,
+        reply_to=message.posted.reply_to,
     )
 
 
@@ -236,6 +241,8 @@ def _zoom_message(store: EventStore, stream: StreamId, index: int, tz: tzinfo, p
 
 
 RECALL_HITS = 50
+# Hits of the plain search that the ranking (eva.core.recall_rank) chooses among.
+RECALL_CANDIDATES = 200
 RECALL_CAP_BYTES = 8000
 
 
@@ -245,26 +252,81 @@ def recall(
     query: str,
     settings: MemorySettings,
     cap_bytes: int = RECALL_CAP_BYTES,
+    now_ms: int | None = None,
 ) -> RecallView:
-    """Search the channel's original messages; each hit with the messages around it."""
+    """Search the channel's original messages; each hit with the messages around it.
+
+    The question is read as eva.core.recall_query reads it: its content
+    words, and the times it names (as asked at `now_ms`, by default now),
+    which the search keeps to unless no message there matches.
+    """
     meta = store.meta(stream)
     tz = channel_zone(meta, settings)
+    asked_ms = int(time.time() * 1000) if now_ms is None else now_ms
     with store.backend.reading() as tables:
         hidden = withheld(tables, stream, meta)
         messages = meta.messages if meta is not None else 0
+
+        def message_at(index: int) -> ShownMessage | None:
+            message = read_message(tables, stream, index)
+            return None if message is None or index in hidden else shown(index, message)
+
+        first_ms, last_ms = _time_at(tables, stream, 0), _time_at(tables, stream, messages - 1)
+        question = read_query(query, tz, asked_ms, first_ms, last_ms)
         open_chunk = read_messages(tables, stream, indexed_upto(stream, messages), messages)
         unindexed = [
             (index, indexed_text(message.content, message.attachments))
             for index, message in open_chunk
             if index not in hidden
         ]
-        result = search(tables, stream, query, RECALL_HITS, unindexed)
+        within = index_ranges(
+            question.spans, lambda index: _time_at(tables, stream, index), messages
+        )
+        words = question.words
+        result = search(tables, stream, words, RECALL_CANDIDATES, unindexed, within=within)
+        if within and not result.hits:  # nothing said then: search every time
+            within = []
+            result = search(tables, stream, question.words, RECALL_CANDIDATES, unindexed)
+        known: dict[int, StoredMessage | None] = {}
 
-        def message_at(index: int) -> ShownMessage | None:
-            message = read_message(tables, stream, index)
-            return None if message is None or index in hidden else shown(index, message)
+        def stored(index: int) -> StoredMessage | None:
+            if index not in known:
+                known[index] = read_message(tables, stream, index)
+            return known[index]
 
-        return recall_view(query, result, message_at, cap_bytes=cap_bytes, tz=tz)
+        def author_words(index: int) -> tuple[bytes, ...]:
+            message = stored(index)
+            return () if message is None else name_words(message.posted.author_name)
+
+        hits = result.hits
+        named = frozenset().union(
+            *(names_in(question.words, author_words(index)) for index, _ in hits)
+        )
+        rest = [word for word in question.words if word not in named]
+        if named and rest:  # the named people's own words on the rest
+            without_names = search(
+                tables, stream, rest, RECALL_CANDIDATES, unindexed, within=within
+            )
+            hits = with_authors(
+                hits, without_names.hits, lambda index: bool(names_in(named, author_words(index)))
+            )
+        def index_of(message_id: int) -> int | None:
+            data = tables.get("discord_ids", discord_id_key(stream, message_id))
+            return None if data is None else decode_u64(data)
+
+        ranked = SearchResult(hits[:RECALL_HITS], result.total)
+        return recall_view(
+            query, ranked, message_at, cap_bytes=cap_bytes, tz=tz, index_of=index_of
+        )
+
+
+def _time_at(tables: Tables, stream: StreamId, index: int) -> int:
+    """When message `index` was posted (the nearest stored one after it, if it has gone)."""
+    for probe in range(index, index + 64):
+        message = read_message(tables, stream, probe) if probe >= 0 else None
+        if message is not None:
+            return message.posted.at_ms
+    return 0
 
 
 def _pages(text: str, page_bytes: int) -> list[str]:

@@ -1,0 +1,127 @@
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from zoneinfo import ZoneInfo
+
+from eva.core.keys import StreamId
+from eva.core.memtables import MemoryTables
+from eva.core.recall_index import PostingBuffer
+from eva.core.recall_query import index_ranges, read_query
+from eva.core.recall_rank import names_in, with_authors
+from eva.core.recall_search import search
+from eva.core.stems import forms_prefix, stem
+
+STREAM = StreamId(1, 2)
+BERLIN = ZoneInfo("Europe/Berlin")
+
+
+def ms(year: int, month: int, day: int, tz: ZoneInfo | None = None) -> int:
+    return int(datetime(year, month, day, tzinfo=tz or UTC).timestamp() * 1000)
+
+
+FIRST, LAST, NOW = ms(2023, 1, 1), ms(2025, 12, 31), ms(2025, 6, 18)
+
+
+def read(text: str, tz: ZoneInfo | None = None):  # type: ignore[no-untyped-def]
+    return read_query(text, tz or UTC, NOW, FIRST, LAST)
+
+
+def test_frame_words_are_dropped_and_content_kept_in_order() -> None:
+    query = read("What did Maya say about the ferry to Bodø?")
+    assert query.words == (b"maya", b"ferry", b"bod\xc3\xb8")
+    assert query.spans == ()
+
+
+def test_a_question_of_frame_words_alone_is_searched_as_it_is() -> None:
+    assert read("what did we say?").words == (b"what", b"did", b"we", b"say")
+
+
+def test_ordinals_are_searched_as_the_numbers_chats_write() -> None:
+    assert read("which ferry is on the 14th?").words == (b"ferry", b"14")
+
+
+def test_a_month_and_year_is_a_span_in_the_channel_zone() -> None:
+    query = read("what happened with the exchange in March 2024?", BERLIN)
+    assert query.words == (b"happened", b"exchange")
+    assert query.spans == ((ms(2024, 3, 1, BERLIN), ms(2024, 4, 1, BERLIN)),)
+
+
+def test_a_month_without_year_means_it_in_every_year_of_the_channel() -> None:
+    query = read("what did we plan in early June?")
+    assert query.words == (b"plan",)
+    assert query.spans == tuple((ms(year, 6, 1), ms(year, 6, 11)) for year in (2023, 2024, 2025))
+
+
+def test_a_day_of_a_month_and_iso_dates() -> None:
+    assert read("what did we do on June 18 2025").spans == ((ms(2025, 6, 18), ms(2025, 6, 19)),)
+    assert read("the 14th of june 2024 trip").spans == ((ms(2024, 6, 14), ms(2024, 6, 15)),)
+    assert read("notes from 2024-02-29").spans == ((ms(2024, 2, 29), ms(2024, 3, 1)),)
+
+
+def test_short_month_names_need_a_day_or_year_beside_them() -> None:
+    assert read("may I ask about the mar jar").spans == ()
+    assert read("may 3 plans").spans == tuple(
+        (ms(year, 5, 3), ms(year, 5, 4)) for year in (2023, 2024, 2025)
+    )
+
+
+def test_a_year_alone_and_spans_relative_to_the_asking() -> None:
+    assert read("the fork in 2024").spans == ((ms(2024, 1, 1), ms(2025, 1, 1)),)
+    assert read("what did Jonas say yesterday").spans == ((ms(2025, 6, 17), ms(2025, 6, 18)),)
+    assert read("games last week").spans == ((ms(2025, 6, 11), ms(2025, 6, 19)),)
+
+
+def test_index_ranges_find_the_messages_posted_in_each_span() -> None:
+    times = [0, 10, 10, 20, 30, 40, 50]
+    assert index_ranges(((10, 30), (45, 100)), times.__getitem__, len(times)) == [(1, 4), (6, 7)]
+    assert index_ranges(((31, 39),), times.__getitem__, len(times)) == []
+
+
+def test_forms_share_a_stem_and_a_prefix_to_look_them_up_by() -> None:
+    assert stem(b"installing") == stem(b"installed") == stem(b"installs")
+    assert stem(b"family") == stem(b"families")
+    for word, form in [(b"family", b"families"), (b"moving", b"move"), (b"delays", b"delayed")]:
+        assert form.startswith(forms_prefix(word))
+    assert stem(b"jl777") == b"jl777"
+    assert stem("zoë".encode()) == "zoë".encode()
+
+
+def index_all(texts: dict[int, str]) -> MemoryTables:
+    tables = MemoryTables()
+    buffer = PostingBuffer()
+    for index, text in sorted(texts.items()):
+        buffer.add(STREAM, index, text)
+    buffer.flush(tables)
+    return tables
+
+
+def test_a_word_finds_its_other_forms_indexed_and_not_yet_indexed() -> None:
+    tables = index_all({0: "I installed it", 1: "installer broke", 2: "still installing", 3: "no"})
+    unindexed = [(4, "he installs things"), (5, "instagram")]
+    result = search(tables, STREAM, "install", 10, unindexed)
+    assert sorted(index for index, _ in result.hits) == [0, 1, 2, 4]  # "installer" too
+    assert result.total == 4
+
+
+def test_within_keeps_to_ranges_but_not_the_statistics() -> None:
+    tables = index_all({i: "ferry news" if i % 2 else "ferry" for i in range(20)})
+    every = search(tables, STREAM, "ferry news", 20)
+    kept = search(tables, STREAM, "ferry news", 20, within=[(4, 8), (15, 16)])
+    assert [index for index, _ in kept.hits] == [15, 7, 5, 6, 4]
+    scores = dict(every.hits)
+    assert all(score == scores[index] for index, score in kept.hits)
+    assert kept.total == 5
+
+
+def test_a_name_in_the_question_names_an_author_by_word_or_by_start() -> None:
+    assert names_in([b"what", b"jl777", b"fees"], (b"jl777c",)) == {b"jl777"}
+    assert names_in([b"zoe", b"plans"], (b"zoe",)) == {b"zoe"}
+    assert names_in([b"jo"], (b"jonas",)) == frozenset()  # too short to be a start
+    assert names_in([b"steve", b"lee"], (b"steve", b"lee")) == {b"steve", b"lee"}
+
+
+def test_a_named_persons_own_words_count_as_if_they_said_the_name() -> None:
+    plain = [(1, 5.0), (2, 1.0)]  # 1 only pings the person; 2 and 3 are on the topic
+    without_names = [(2, 1.0), (3, 3.0)]
+    by_named = {3}.__contains__
+    assert with_authors(plain, without_names, by_named) == [(3, 6.0), (1, 5.0), (2, 1.0)]

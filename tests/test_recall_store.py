@@ -1,0 +1,99 @@
+# Recall through a real store: the question read, searched and shown as `eva recall` does.
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from eva.cli.cmd_import import import_bytes
+from eva.cli.common import open_store
+from eva.core.keys import StreamId
+from eva.core.settings import MemorySettings
+from eva.memory.view import recall
+from tests.script_module import load_script
+
+STREAM = StreamId(111, 222)
+PEOPLE = {"ann": ("500", "Ann"), "bo": ("501", "Bo"), "cy": ("502", "Cy")}
+
+
+def post(
+    number: int, who: str, when: str, text: str, reply_to: int | None = None
+) -> dict[str, Any]:
+    """Message `number` by `who` at `when` (YYYY-MM-DDTHH:MM)."""
+    author_id, name = PEOPLE[who]
+    message: dict[str, Any] = {
+        "id": str(900_000 + number),
+        "type": "Reply" if reply_to is not None else "Default",
+        "timestamp": f"{when}:00.000+00:00",
+        "timestampEdited": None,
+        "content": text,
+        "author": {"id": author_id, "name": name.lower(), "nickname": name, "isBot": False},
+        "attachments": [],
+    }
+    if reply_to is not None:
+        message["reference"] = {"messageId": str(900_000 + reply_to)}
+    return message
+
+
+def store_of(tmp_path: Path, messages: list[dict[str, Any]]):  # type: ignore[no-untyped-def]
+    export = {
+        "guild": {"id": str(STREAM.guild_id), "name": "Guild"},
+        "channel": {"id": str(STREAM.channel_id), "type": "GuildTextChat", "name": "general"},
+        "messages": messages,
+    }
+    data = tmp_path / "data"
+    import_bytes(data, json.dumps(export).encode(), Path("export.json"), quiet=True)
+    return open_store(data)
+
+
+def shown(view) -> list[int]:  # type: ignore[no-untyped-def]
+    return [line.index for window in view.windows for line in window]
+
+
+def hits(view) -> list[int]:  # type: ignore[no-untyped-def]
+    return [line.index for window in view.windows for line in window if line.hit]
+
+
+def test_a_month_in_the_question_keeps_to_it_and_falls_back_when_empty(tmp_path: Path) -> None:
+    messages = [
+        post(0, "ann", "2024-02-10T10:00", "the boat leaks again"),
+        post(1, "bo", "2024-03-12T10:00", "new boat paint ordered"),
+        post(2, "cy", "2024-04-02T10:00", "boat trip was great"),
+        post(3, "cy", "2024-05-02T10:00", "nothing to do with it"),
+    ]
+    store = store_of(tmp_path, messages)
+    settings = MemorySettings()
+    assert hits(recall(store, STREAM, "what about the boat in March 2024?", settings)) == [1]
+    # no boat talk in June: the whole chat is searched rather than nothing shown
+    assert sorted(hits(recall(store, STREAM, "the boat in June 2024", settings))) == [0, 1, 2]
+
+
+def test_a_named_persons_own_words_come_before_pings_of_them(tmp_path: Path) -> None:
+    messages = [
+        post(0, "ann", "2024-02-10T10:00", "the ferry leaves at noon from pier 4"),
+        *(post(i, "bo", f"2024-02-{10 + i}T11:00", f"@Ann ferry? {i}") for i in range(1, 6)),
+        *(post(i, "cy", f"2024-03-{i:02d}T11:00", f"lunch plans {i}") for i in range(6, 20)),
+    ]
+    store = store_of(tmp_path, messages)
+    view = recall(store, STREAM, "when did Ann say the ferry leaves?", MemorySettings())
+    assert hits(view)[0] == 0
+
+
+def test_word_forms_and_replies_far_back(tmp_path: Path) -> None:
+    messages = [
+        post(0, "ann", "2024-02-10T10:00", "who takes us to the airport on friday?"),
+        *(post(i, "cy", f"2024-02-10T10:{i:02d}", f"unrelated {i}") for i in range(1, 20)),
+        post(20, "bo", "2024-02-10T10:30", "I can drive, happy to", reply_to=0),
+    ]
+    store = store_of(tmp_path, messages)
+    view = recall(store, STREAM, "who is driving us?", MemorySettings())
+    assert hits(view) == [20]  # "driving" finds "drive"
+    assert shown(view) == [0, 19, 20]  # and the message it answers, far back
+
+
+def test_the_evaluation_runs_on_the_demo_chat_and_beats_its_baseline() -> None:
+    evaluation = load_script("eval_recall")
+    figures = evaluation.main(["--chat", "demo"])
+    assert figures["eva"]["questions"] == figures["bm25"]["questions"] >= 50
+    assert figures["eva"]["bytes_mean"] <= 8000
+    assert figures["eva"]["found"] > figures["bm25"]["found"]
