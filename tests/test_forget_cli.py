@@ -299,3 +299,11 @@ def test_compaction_leaves_no_key_of_a_deleted_entry(tmp_path: Path) -> None:
         backend.close()
     assert markers_in_files(tmp_path, words[::2]) == set()
     assert markers_in_files(tmp_path, words[1::2]) == set(words[1::2])
+
+
+def test_forget_erases_the_persons_name_from_the_recall_index(data: Path) -> None:
+    # The recall index holds each message's author name words (eva.core.terms.author_words);
+    # once a person's messages are gone, so is every trace of their name there.
+    assert markers_in_files(data, ["0by0bo", "0by0ann"]) == {"0by0bo", "0by0ann"}
+    assert eva("forget", "--user", str(BO), data=data) == 0
+    assert markers_in_files(data, ["0by0bo", "0by0ann"]) == {"0by0ann"}

@@ -7,9 +7,9 @@ from eva.core.keys import StreamId
 from eva.core.memtables import MemoryTables
 from eva.core.recall_index import PostingBuffer
 from eva.core.recall_query import index_ranges, read_query
-from eva.core.recall_rank import names_in, with_authors
-from eva.core.recall_search import search
+from eva.core.recall_search import people_named, search
 from eva.core.stems import forms_prefix, stem
+from eva.core.terms import author_words
 
 STREAM = StreamId(1, 2)
 BERLIN = ZoneInfo("Europe/Berlin")
@@ -113,15 +113,36 @@ def test_within_keeps_to_ranges_but_not_the_statistics() -> None:
     assert kept.total == 5
 
 
-def test_a_name_in_the_question_names_an_author_by_word_or_by_start() -> None:
-    assert names_in([b"what", b"jl777", b"fees"], (b"jl777c",)) == {b"jl777"}
-    assert names_in([b"zoe", b"plans"], (b"zoe",)) == {b"zoe"}
-    assert names_in([b"jo"], (b"jonas",)) == frozenset()  # too short to be a start
-    assert names_in([b"steve", b"lee"], (b"steve", b"lee")) == {b"steve", b"lee"}
+def test_a_word_names_a_person_by_a_word_of_their_name_or_its_start() -> None:
+    tables = MemoryTables()
+    buffer = PostingBuffer()
+    for index, name in enumerate(["jl777c", "Steve Lee", "Jonas", "Zoë", "Jo"]):
+        buffer.add(STREAM, index, f"hello {author_words(name)}")
+    buffer.flush(tables)
+
+    def named(*words: bytes) -> dict[bytes, list[bytes]]:
+        return people_named(tables, STREAM, words)
+
+    assert named(b"jl777") == {b"jl777": [b"0by0jl777c"]}
+    assert named(b"steve", b"lee", b"fees") == {b"steve": [b"0by0steve"], b"lee": [b"0by0lee"]}
+    assert named(b"zoe") == {b"zoe": [b"0by0zoe"]}
+    assert named(b"jo") == {b"jo": [b"0by0jo"]}  # a short word names only a whole name word
+    assert named(b"jona") == {b"jona": [b"0by0jonas"]}
+    assert named(b"hello") == {}
+    assert people_named(tables, STREAM, [b"maya"], ["0by0maya"]) == {b"maya": [b"0by0maya"]}
 
 
-def test_a_named_persons_own_words_count_as_if_they_said_the_name() -> None:
-    plain = [(1, 5.0), (2, 1.0)]  # 1 only pings the person; 2 and 3 are on the topic
-    without_names = [(2, 1.0), (3, 3.0)]
-    by_named = {3}.__contains__
-    assert with_authors(plain, without_names, by_named) == [(3, 6.0), (1, 5.0), (2, 1.0)]
+def test_a_named_persons_own_long_messages_rank_with_mentions_of_them() -> None:
+    texts = {
+        0: f"ann said the ferry leaves at noon {author_words('Bo')}",
+        1: f"the ferry leaves at noon from pier four on fridays {author_words('Ann')}",
+        2: f"ok {author_words('Ann')}",
+        3: f"lunch {author_words('Bo')}",
+    }
+    tables = index_all(texts)
+    marks = people_named(tables, STREAM, [b"ann"])[b"ann"]
+    assert marks == [b"0by0ann"]
+    plain = search(tables, STREAM, "ann ferry", 10)
+    assert [index for index, _ in plain.hits] == [0, 1]
+    named = search(tables, STREAM, "ann ferry", 10, authors=marks, author_boost=1.0)
+    assert [index for index, _ in named.hits] == [1, 0, 2]

@@ -36,6 +36,7 @@ from eva.core.events import (
 )
 from eva.core.keys import StreamId
 from eva.core.projection import INDEX_CHUNK, Rejected, indexed_upto
+from eva.core.recall_index import PostingBuffer
 from eva.core.recall_search import search
 from eva.core.render import LINE_LIMIT_BYTES
 from eva.core.slots import SLOT_BLOCK
@@ -777,6 +778,51 @@ class TestLmdbStore(StoreContract):
         backend.close()
         reopened = EventStore(lmdb_kv.open_backend(path))
         assert {s: reopened.meta(s) for s in (A, B)} == written
+        assert_replays(reopened)
+        reopened.backend.close()
+
+    def test_an_index_written_before_it_held_authors_is_built_again_once_at_open(
+        self, tmp_path: Path
+    ) -> None:
+        # A data directory whose recall index holds each message's text alone: opening it
+        # indexes every message again with its author's name words, as a replay would.
+        path = tmp_path / "older"
+        backend = lmdb_kv.open_backend(path)
+        store = EventStore(backend)
+        messages = 2 * INDEX_CHUNK + 7
+        store.append(A, [posted(i, f"word{i % 5} text") for i in range(messages)])
+        store.append(A, [MessageEdited(at_ms=9, index=3, message_id=1003, content="edited")])
+        store.append(A, [MessageDeleted(at_ms=9, index=4, message_id=1004)])
+        mark = b"0by0user1"
+
+        def user1(tables: Tables) -> list[int]:
+            return [index for index, _ in search(tables, A, [mark], 10_000).hits]
+
+        def read_user1(store: EventStore) -> list[int]:
+            with store.backend.reading() as tables:
+                return user1(tables)
+
+        expected = read_user1(store)
+        assert sorted(expected) == [
+            i for i in range(1, indexed_upto(A, messages), 3) if i != 4
+        ]
+
+        def as_indexed_before(tables: Tables) -> None:
+            prefix = keys.stream_prefix(A)
+            for key, _ in list(tables.scan("postings", prefix, keys.prefix_end(prefix))):
+                tables.delete("postings", key)
+            buffer = PostingBuffer()
+            for index in range(indexed_upto(A, messages)):
+                if index != 4:
+                    buffer.add(A, index, "edited" if index == 3 else f"word{index % 5} text")
+            buffer.flush(tables)
+            tables.delete("layout", keys.AUTHORS_INDEXED)
+
+        backend.write(as_indexed_before)
+        assert read_user1(store) == []
+        backend.close()
+        reopened = EventStore(lmdb_kv.open_backend(path))
+        assert read_user1(reopened) == expected
         assert_replays(reopened)
         reopened.backend.close()
 

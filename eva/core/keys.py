@@ -54,6 +54,9 @@ asked (StreamMeta.forgotten); a data directory written before holds records with
 LOGS_SEALED: Final = b"sealed"
 """The `layout` entry saying that every event has its seal in `chain`; a data directory
 written before holds none."""
+AUTHORS_INDEXED: Final = b"authors_indexed"
+"""The `layout` entry saying that the recall index holds each message's author name words
+(eva.core.projection.index_text); a data directory written before holds its text alone."""
 
 _U64 = struct.Struct(">Q")
 _PREFIX = struct.Struct(">QQ")

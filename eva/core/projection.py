@@ -29,7 +29,7 @@ from eva.core.events import (
     decode_event,
 )
 from eva.core.keys import StreamId
-from eva.core.recall_index import PostingBuffer
+from eva.core.recall_index import POSTINGS, PostingBuffer
 from eva.core.render import LINE_LIMIT_BYTES, render_message, utf8_size
 from eva.core.slots import add_slots, put_slot, read_slot, read_slots
 from eva.core.state import (
@@ -40,6 +40,7 @@ from eva.core.state import (
     encode_record,
 )
 from eva.core.tables import Tables
+from eva.core.terms import author_words
 
 INDEX_CHUNK = 512
 """Messages enter the recall index in whole chunks of this many, when a chunk fills.
@@ -257,7 +258,7 @@ class Projector:
         texts.update(
             zip(
                 range(first_index, first_index + count),
-                [indexed_text(e.content, e.attachments) for e in events],
+                [index_text(e.author_name, e.content, e.attachments) for e in events],
                 strict=True,
             )
         )
@@ -288,7 +289,9 @@ class Projector:
             meta.last_ms = at_ms
         meta.unleafed_bytes += size
         meta.tail_bytes += size
-        self._open_text(stream, index, indexed_text(event.content, event.attachments))
+        self._open_text(
+            stream, index, index_text(event.author_name, event.content, event.attachments)
+        )
         if indexed_upto(stream, meta.messages) == meta.messages:
             self._index_chunk(stream, meta, max(0, meta.messages - INDEX_CHUNK), meta.messages)
 
@@ -339,7 +342,7 @@ class Projector:
         posted = self._posted_event(stream, slot)
         size = rendered_size(posted.author_name, event.content, event.attachments)
         self._resize(meta, event.index, slot.size, size)
-        text = indexed_text(event.content, event.attachments)
+        text = index_text(posted.author_name, event.content, event.attachments)
         self._reindex(stream, meta, event.index, slot, text)
         slot.content_seq = seq
         slot.size = size
@@ -405,7 +408,8 @@ class Projector:
         event = None if data is None else decode_event(data)
         if not isinstance(event, MessagePosted | MessageEdited):
             raise Rejected(f"{stream}: event {slot.content_seq} holds no message text")
-        return indexed_text(event.content, event.attachments)
+        posted = event if isinstance(event, MessagePosted) else self._posted_event(stream, slot)
+        return index_text(posted.author_name, event.content, event.attachments)
 
     def _size(self, stream: StreamId, meta: StreamMeta, index: int) -> int:
         slot = read_slot(self._tables, stream, meta, index)
@@ -509,9 +513,34 @@ class Projector:
         meta.row_seq = meta.position
 
 
+def index_again(tables: Tables) -> None:
+    """Build every stream's recall index anew from the messages it holds.
+
+    For a data directory indexed before the index held authors' names
+    (`index_text`): the same postings a replay of the log gives.
+    """
+    for key, data in list(tables.scan("streams", b"", b"\xff" * 17)):
+        meta = decode_meta(data)
+        stream = keys.stream_of(key)
+        prefix = keys.stream_prefix(stream)
+        for old, _ in list(tables.scan(POSTINGS, prefix, keys.prefix_end(prefix))):
+            tables.delete(POSTINGS, old)
+        projector = Projector(tables)
+        for index, slot in read_slots(tables, stream, meta, 0, indexed_upto(stream, meta.messages)):
+            if not slot.deleted:
+                projector._postings.add(stream, index, projector._indexed(stream, slot))
+        projector.flush()
+
+
 def indexed_text(content: str, attachments: tuple[str, ...]) -> str:
     """What recall searches in a message: its text and its attachments' names."""
     return " ".join((content, *attachments)) if attachments else content
+
+
+def index_text(author_name: str, content: str, attachments: tuple[str, ...]) -> str:
+    """What the recall index holds for a message: `indexed_text` and its author's name
+    words behind their mark (eva.core.terms.author_words)."""
+    return f"{indexed_text(content, attachments)} {author_words(author_name)}"
 
 
 def rendered_size(name: str, content: str, attachments: tuple[str, ...]) -> int:

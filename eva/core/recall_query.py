@@ -29,9 +29,11 @@ once one only or other our ours out over own recall remember said same say sayin
 should so some someone something talk talked tell than that the their them then there
 these they thing things think this those through to too up us very was we were what when
 where which while who whom whose why will with would you your yours
+s t d ll m re ve aren couldn didn doesn don hadn hasn haven isn shouldn wasn weren won wouldn
 """
 FRAME_WORDS: Final = frozenset(word.encode() for word in _FRAME_WORDS.split())
-"""Words that frame a question rather than say what it is about."""
+"""Words that frame a question rather than say what it is about (with what is left of
+"what's", "didn't" and the like once split at the apostrophe)."""
 
 _MONTHS: Final = {
     name: number

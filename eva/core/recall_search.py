@@ -27,12 +27,18 @@ from eva.core.recall_index import (
 )
 from eva.core.stems import forms_prefix, stem
 from eva.core.tables import Tables
-from eva.core.terms import term_bytes
+from eva.core.terms import AUTHOR_MARK, term_bytes
 
 # A term in more messages than this is scored only for messages that rarer
 # query terms already found, once those are at least `limit` (see `search`).
 COMMON_DF: Final = 2000
 K1: Final = 1.2
+# How much a named person's own message counts, against a mention of their name: when
+# the question asks about more than the person, and when it asks about them alone.
+AUTHOR_BOOST: Final = 0.3
+AUTHOR_ALONE_BOOST: Final = 1.0
+# A question's word this long or longer names a person whose name word it starts.
+MIN_NAME_START: Final = 4
 COVERAGE: Final = 0.0
 B: Final = 0.3
 # Scores are summed in arrays over every message index up to the highest hit while
@@ -64,6 +70,7 @@ class _TermRecords:
     indexes: _Ints
     lengths: _Floats
     tfs: _Floats
+    authors: float = 0.0  # for the marks of named people's own messages: their boost
 
 
 def _term_records(word: bytes, postings: list[tuple[int, bytes]]) -> _TermRecords:
@@ -90,6 +97,8 @@ def search(
     unindexed: Iterable[tuple[int, str]] = (),
     *,
     within: Sequence[tuple[int, int]] = (),
+    authors: Sequence[bytes] = (),
+    author_boost: float = AUTHOR_BOOST,
 ) -> SearchResult:
     """The stream's messages best matching the words of `query`, by BM25.
 
@@ -101,6 +110,12 @@ def search(
     `within`, if given, are [start, stop) ranges of message indexes: only
     messages in them are ranked or counted, while the statistics stay those
     of the whole channel.
+
+    `authors` are the index's marks of people the question names
+    (eva.core.terms.author_words): their own messages count as one more
+    word, as if each said the name, `author_boost` times over, and more the
+    longer the message (a person's long messages say more about them than
+    their "ok"s).
 
     Hits are ranked by score, best first; equal scores put the newer message
     first. `total` counts every message holding at least one query word.
@@ -115,7 +130,9 @@ def search(
     length, per_bucket = read_totals(tables, prefix)
     words = term_bytes(query) if isinstance(query, str) else list(query)
     query_words = list({stem(word): word for word in reversed(words)}.values())[::-1]
-    open_found, open_documents, open_length = open_postings(unindexed, query_words, stem)
+    open_found, open_documents, open_length = open_postings(
+        unindexed, [*query_words, *authors], stem
+    )
     documents = sum(per_bucket) + open_documents
     length += open_length
     if documents == 0 or limit <= 0:
@@ -131,6 +148,13 @@ def search(
         postings.extend(open_found[word])
         if postings:
             found.append(_term_records(word, postings))
+    marks = [
+        posting
+        for mark in authors
+        for posting in [*term_postings(tables, prefix, mark, buckets)[0], *open_found[mark]]
+    ]
+    if marks:
+        found.append(replace(_term_records(b"", marks), authors=author_boost))
     if within:
         found = [kept for kept in (_kept(records, within) for records in found) if kept]
     if not found:
@@ -148,6 +172,34 @@ def search(
     ]
     result = _best(numbered, len(held), documents, length, limit)
     return SearchResult([(int(held[i]), score) for i, score in result.hits], result.total)
+
+
+def people_named(
+    tables: Tables, stream: StreamId, words: Sequence[bytes], open_marks: Iterable[str] = ()
+) -> dict[bytes, list[bytes]]:
+    """The index's marks of the people whose names `words` hold (eva.core.terms.author_words),
+    by the word that names them.
+
+    A word names a person when it is a word of their name, or the start of
+    one and at least `MIN_NAME_START` letters long ("jl777" names "jl777c").
+    `open_marks` are the marks of messages the index does not hold yet, as
+    `author_words` gives them.
+    """
+    prefix = stream_prefix(stream)
+    mark = AUTHOR_MARK.encode()
+    held = {word.encode() for marks in open_marks for word in marks.split()}
+    found: dict[bytes, list[bytes]] = {}
+    for word in words:
+        start = mark + word
+        if len(word) >= MIN_NAME_START:
+            named = indexed_forms(tables, prefix, start, lambda _term: True)
+            named += [term for term in held if term.startswith(start)]
+        else:
+            named = indexed_forms(tables, prefix, start, start.__eq__)
+            named += [term for term in held if term == start]
+        if named:
+            found[word] = list(dict.fromkeys(named))
+    return found
 
 
 def _forms(tables: Tables, prefix: bytes, word: bytes) -> list[bytes]:
@@ -187,7 +239,11 @@ def _best(
     for records in found:
         df, indexes, tfs = records.df, records.indexes, records.tfs
         weight = math.log(1 + (documents - df + 0.5) / (df + 0.5)) * (K1 + 1)
-        term_scores = weight * tfs / (tfs + constant + length_weight * records.lengths)
+        if records.authors:  # longer own messages count more, 1 at the mean length
+            mean = length / documents
+            term_scores = weight * records.authors * 2 * records.lengths / (records.lengths + mean)
+        else:
+            term_scores = weight * tfs / (tfs + constant + length_weight * records.lengths)
         matched[indexes] = True
         words[indexes] += 1
         if df > COMMON_DF and rare_found >= limit:

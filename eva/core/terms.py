@@ -12,6 +12,10 @@ import unicodedata
 from typing import Final
 
 MAX_TERM_CHARS: Final = 40
+# Before each word of a message's author name, in the recall index: "Steve Lee"
+# is indexed as the words "0by0steve" and "0by0lee" with every message of his,
+# which no chat writes, so the index finds a person's own messages.
+AUTHOR_MARK: Final = "0by0"
 
 # Han, kana and CJK compatibility ideographs: each character is its own term,
 # since these scripts do not put spaces between words.
@@ -87,3 +91,12 @@ def _unicode_words(folded: str) -> list[bytes]:
         found = [word for word in found if len(word) <= MAX_TERM_CHARS]
     # No word holds a newline, so one join and one split encode them all.
     return "\n".join(found).encode().split(b"\n") if found else []
+
+
+@functools.lru_cache(maxsize=4096)
+def author_words(author_name: str) -> str:
+    """The words of an author's name as the recall index holds them with each message
+    of theirs: each behind `AUTHOR_MARK`. A word that would not stay one word behind
+    the mark (a Han or kana character) is left out."""
+    marked = [AUTHOR_MARK + word for word in terms(author_name)]
+    return " ".join(word for word in marked if terms(word) == [word])

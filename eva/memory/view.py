@@ -15,16 +15,22 @@ from eva.core.address import Address, format_address, halves, parse_address
 from eva.core.block import ShownMessage, message_line, tail_lines
 from eva.core.forget import person_messages
 from eva.core.keys import StreamId, decode_u64, discord_id_key
-from eva.core.projection import indexed_text, indexed_upto
+from eva.core.projection import index_text, indexed_upto
 from eva.core.prompt import memory_prompt
 from eva.core.recall import RecallView, recall_view
 from eva.core.recall_query import index_ranges, read_query
-from eva.core.recall_rank import name_words, names_in, with_authors
-from eva.core.recall_search import SearchResult, search
+from eva.core.recall_search import (
+    AUTHOR_ALONE_BOOST,
+    AUTHOR_BOOST,
+    SearchResult,
+    people_named,
+    search,
+)
 from eva.core.render import cut_to_bytes, render_line
 from eva.core.settings import MemorySettings
 from eva.core.state import StreamMeta
 from eva.core.tables import Tables
+from eva.core.terms import author_words
 from eva.memory.publish import LineSizes
 from eva.store.event_store import (
     EventStore,
@@ -241,8 +247,6 @@ def _zoom_message(store: EventStore, stream: StreamId, index: int, tz: tzinfo, p
 
 
 RECALL_HITS = 50
-# Hits of the plain search that the ranking (eva.core.recall_rank) chooses among.
-RECALL_CANDIDATES = 200
 RECALL_CAP_BYTES = 8000
 
 
@@ -258,7 +262,9 @@ def recall(
 
     The question is read as eva.core.recall_query reads it: its content
     words, and the times it names (as asked at `now_ms`, by default now),
-    which the search keeps to unless no message there matches.
+    which the search keeps to unless no message there matches. The people
+    it names (eva.core.recall_search.people_named) have their own messages
+    count as if they said the name.
     """
     meta = store.meta(stream)
     tz = channel_zone(meta, settings)
@@ -275,7 +281,7 @@ def recall(
         question = read_query(query, tz, asked_ms, first_ms, last_ms)
         open_chunk = read_messages(tables, stream, indexed_upto(stream, messages), messages)
         unindexed = [
-            (index, indexed_text(message.content, message.attachments))
+            (index, index_text(message.posted.author_name, message.content, message.attachments))
             for index, message in open_chunk
             if index not in hidden
         ]
@@ -283,40 +289,28 @@ def recall(
             question.spans, lambda index: _time_at(tables, stream, index), messages
         )
         words = question.words
-        result = search(tables, stream, words, RECALL_CANDIDATES, unindexed, within=within)
-        if within and not result.hits:  # nothing said then: search every time
-            within = []
-            result = search(tables, stream, question.words, RECALL_CANDIDATES, unindexed)
-        known: dict[int, StoredMessage | None] = {}
-
-        def stored(index: int) -> StoredMessage | None:
-            if index not in known:
-                known[index] = read_message(tables, stream, index)
-            return known[index]
-
-        def author_words(index: int) -> tuple[bytes, ...]:
-            message = stored(index)
-            return () if message is None else name_words(message.posted.author_name)
-
-        hits = result.hits
-        named = frozenset().union(
-            *(names_in(question.words, author_words(index)) for index, _ in hits)
+        named = people_named(
+            tables, stream, words, {author_words(m.posted.author_name) for _, m in open_chunk}
         )
-        rest = [word for word in question.words if word not in named]
-        if named and rest:  # the named people's own words on the rest
-            without_names = search(
-                tables, stream, rest, RECALL_CANDIDATES, unindexed, within=within
+        marks = [mark for found in named.values() for mark in found]
+        boost = AUTHOR_ALONE_BOOST if set(words) <= set(named) else AUTHOR_BOOST
+
+        def searched(within: list[tuple[int, int]]) -> SearchResult:
+            return search(
+                tables, stream, words, RECALL_HITS, unindexed,
+                within=within, authors=marks, author_boost=boost,
             )
-            hits = with_authors(
-                hits, without_names.hits, lambda index: bool(names_in(named, author_words(index)))
-            )
+
+        result = searched(within)
+        if within and not result.hits:  # nothing said then: search every time
+            result = searched([])
+
         def index_of(message_id: int) -> int | None:
             data = tables.get("discord_ids", discord_id_key(stream, message_id))
             return None if data is None else decode_u64(data)
 
-        ranked = SearchResult(hits[:RECALL_HITS], result.total)
         return recall_view(
-            query, ranked, message_at, cap_bytes=cap_bytes, tz=tz, index_of=index_of
+            query, result, message_at, cap_bytes=cap_bytes, tz=tz, index_of=index_of
         )
 
 

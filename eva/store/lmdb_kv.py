@@ -27,6 +27,7 @@ from eva.core.chain import seal_all
 from eva.core.forget import record_forgotten
 from eva.core.keys import (
     ALL_TABLES,
+    AUTHORS_INDEXED,
     DISCORD_IDS_BY_MESSAGE,
     FORGOTTEN_IN_RECORDS,
     LAYOUT,
@@ -35,6 +36,7 @@ from eva.core.keys import (
     Table,
     stream_first_discord_id_key,
 )
+from eva.core.projection import index_again
 from eva.core.slots import hold_open_slots
 from eva.core.tables import Tables
 from eva.store.writer_lock import take_writer_lock
@@ -397,6 +399,7 @@ LAYOUT_STEPS: tuple[tuple[bytes, Callable[[Tables], None]], ...] = (
     (MESSAGE_SLOTS_IN_BLOCKS, hold_open_slots),
     (FORGOTTEN_IN_RECORDS, record_forgotten),
     (LOGS_SEALED, seal_all),
+    (AUTHORS_INDEXED, index_again),
 )
 """How a data directory is brought to the layout used now, in order: each step under the
 `layout` entry that marks it taken."""
