@@ -430,19 +430,17 @@ def test_context_stops_at_a_long_pause() -> None:
     assert shown_indexes(view) == [[3, 4]]
 
 
-def test_a_hit_is_shown_with_the_message_it_replies_to_and_its_first_reply() -> None:
+def test_a_hit_is_shown_with_the_message_it_replies_to() -> None:
     texts = [f"line {i}" for i in range(40)]
-    replies = {20: 2, 24: 20, 26: 20}  # 20 answers 2; 24 and 26 answer 20
+    replies = {20: 2, 24: 20, 30: 31}  # 20 answers 2; 24 answers 20; 30 names a later one
+    found = SearchResult([(20, 2.0), (30, 1.0)], 2)
     view = recall_view(
-        "line",
-        SearchResult([(20, 1.0)], 1),
-        chat(texts, replies=replies),
-        index_of=lambda message_id: message_id - 1000,
+        "line", found, chat(texts, replies=replies), index_of=lambda message_id: message_id - 1000
     )
-    assert shown_indexes(view) == [[2, 19, 20, 21, 24]]
-    # without a way to find the parent by id, only the reply after it is found
-    alone = recall_view("line", SearchResult([(20, 1.0)], 1), chat(texts, replies=replies))
-    assert shown_indexes(alone) == [[19, 20, 21, 24]]
+    assert shown_indexes(view) == [[2, 19, 20, 21], [29, 30, 31]]
+    # without a way to find a message by its id, the turn around the hit alone
+    alone = recall_view("line", found, chat(texts, replies=replies))
+    assert shown_indexes(alone) == [[19, 20, 21], [29, 30, 31]]
 
 
 def test_a_hit_too_big_for_what_is_left_gives_way_to_smaller_ones() -> None:

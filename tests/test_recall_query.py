@@ -5,7 +5,7 @@ from zoneinfo import ZoneInfo
 
 from eva.core.keys import StreamId
 from eva.core.memtables import MemoryTables
-from eva.core.recall_index import PostingBuffer
+from eva.core.recall_index import OpenChunk, PostingBuffer
 from eva.core.recall_query import index_ranges, read_query
 from eva.core.recall_search import people_named, search
 from eva.core.stems import forms_prefix, stem
@@ -129,7 +129,8 @@ def test_a_word_names_a_person_by_a_word_of_their_name_or_its_start() -> None:
     assert named(b"jo") == {b"jo": [b"0by0jo"]}  # a short word names only a whole name word
     assert named(b"jona") == {b"jona": [b"0by0jonas"]}
     assert named(b"hello") == {}
-    assert people_named(tables, STREAM, [b"maya"], ["0by0maya"]) == {b"maya": [b"0by0maya"]}
+    chunk = OpenChunk([(9, f"hi {author_words('Maya')}")])
+    assert people_named(tables, STREAM, [b"maya"], chunk) == {b"maya": [b"0by0maya"]}
 
 
 def test_a_named_persons_own_long_messages_rank_with_mentions_of_them() -> None:

@@ -23,8 +23,8 @@ CONTEXT_BYTES = 100  # a message shown around a hit, at most
 CONTEXT = 1  # messages shown on each side of a hit, at most
 # A pause longer than this ends a turn of talk: context stops there.
 TURN_GAP_MS = int(0.25 * 60 * 60 * 1000)
-# How far after a hit a reply to it is looked for.
-REPLY_REACH = 8
+# Hits in a row whose windows do not fit before the answer is taken as full.
+MISFITS_TRIED = 3
 ELLIPSIS = "…"
 
 
@@ -100,25 +100,17 @@ def _neighbours(
     return found
 
 
-def _replies(
+def _replied(
     message_at: Callable[[int], ShownMessage | None],
     hit: ShownMessage,
     index_of: Callable[[int], int | None],
 ) -> list[ShownMessage]:
-    """The message `hit` replies to, and the first reply to it among the next few."""
-    linked = []
-    if hit.reply_to is not None:
-        parent_index = index_of(hit.reply_to)
-        parent = None if parent_index is None else _visible(message_at, parent_index)
-        if parent is not None and parent.index < hit.index:
-            linked.append(parent)
-    if hit.message_id:
-        for probe in range(hit.index + 1, hit.index + 1 + REPLY_REACH):
-            message = _visible(message_at, probe)
-            if message is not None and message.reply_to == hit.message_id:
-                linked.append(message)
-                break
-    return linked
+    """The message `hit` replies to, wherever it is, if it is still there."""
+    if hit.reply_to is None:
+        return []
+    parent_index = index_of(hit.reply_to)
+    parent = None if parent_index is None else _visible(message_at, parent_index)
+    return [parent] if parent is not None and parent.index < hit.index else []
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,15 +179,18 @@ def recall_view(
     """Recall's answer as data: the hits that fit `cap_bytes` as text, with their context.
 
     A hit's context is the turn of talk around it (up to `context` messages
-    each side, none past a long pause), the message it replies to wherever
-    that is (`index_of` finds a Discord message id's index) and the first
-    reply to it close after. A hit whose window would pass `cap_bytes` is
-    left out and the next ones are tried.
+    each side, none past a long pause) and the message it replies to
+    wherever that is (`index_of` finds a Discord message id's index).
+    (Looking a few messages ahead for replies to the hit as well was
+    measured on scripts/eval_recall.py: it found no more answers and cost
+    a read per message looked at.) A hit whose window would pass `cap_bytes` is
+    left out and the next ones are tried, until `MISFITS_TRIED` in a row
+    did not fit.
     """
     windows: list[_Window] = []
     shown: list[tuple[RecallLine, ...]] = []  # each window's lines
     texts: list[str] = []  # and its text
-    shown_hits = 0
+    shown_hits = misfits = 0
     for index, _score in result.hits:
         hit = _visible(message_at, index)
         if hit is None:
@@ -204,7 +199,7 @@ def recall_view(
             *_neighbours(message_at, hit, -1, context),
             hit,
             *_neighbours(message_at, hit, 1, context),
-            *_replies(message_at, hit, index_of),
+            *_replied(message_at, hit, index_of),
         ]
         new = _Window({message.index: message for message in around}, frozenset((index,)))
         grown = _with_hit(windows, new)
@@ -219,7 +214,11 @@ def recall_view(
         more = result.total - shown_hits - 1
         text = _render(query, grown_texts, shown_hits + 1, result.total, more)
         if utf8_size(text) > cap_bytes:
+            misfits += 1
+            if misfits == MISFITS_TRIED:
+                break
             continue
+        misfits = 0
         windows, shown, texts, shown_hits = grown, grown_shown, grown_texts, shown_hits + 1
     return RecallView(
         query=query,

@@ -441,33 +441,51 @@ def indexed_forms(
     return found
 
 
-def open_postings(
-    unindexed: Iterable[tuple[int, str]], words: Sequence[bytes], stem_of: Callable[[bytes], bytes]
-) -> tuple[dict[bytes, list[tuple[int, bytes]]], int, int]:
-    """The postings of `words` in messages the index does not hold yet, as it would.
+class OpenChunk:
+    """The postings of messages the index does not hold yet, as it would hold them.
 
-    A message's term counts for the word with the same stem (`stem_of`).
-    Returns them by word (base index, one record each) with the number of
-    messages that have terms and their summed length. Only those terms are
-    counted: the others would score nothing.
+    Gathered once from (index, text) pairs, searched any number of times:
+    `records` gives the postings of every term that a test accepts, one
+    record per message holding it, laid out as in a bucket. Holds the
+    number of messages with terms and their summed length too.
     """
-    postings: dict[bytes, list[tuple[int, bytes]]] = {word: [] for word in words}
-    by_stem = {stem_of(word): word for word in reversed(words)}  # the first word of a stem
-    documents = length = 0
-    pack = _POSTING.pack
-    for index, text in unindexed:
-        terms = term_bytes(text)
-        if not terms:
-            continue
-        documents += 1
-        doc_length = min(len(terms), _MAX_LENGTH)
-        length += doc_length
-        counts: dict[bytes, int] = {}
-        for term in terms:
-            word = by_stem.get(stem_of(term))
-            if word is not None:
-                counts[word] = counts.get(word, 0) + 1
-        base, offset = index - (index & _OFFSET_MASK), index & _OFFSET_MASK
-        for word, tf in counts.items():
-            postings[word].append((base, pack(offset, doc_length, min(tf, _MAX_TF))))
-    return postings, documents, length
+
+    __slots__ = ("_by_term", "_stems", "documents", "length")
+
+    def __init__(self, texts: Iterable[tuple[int, str]]) -> None:
+        self._by_term: dict[bytes, list[tuple[int, bytes]]] = {}
+        self._stems: dict[bytes, list[bytes]] | None = None
+        self.documents = self.length = 0
+        pack = _POSTING.pack
+        for index, text in texts:
+            terms = term_bytes(text)
+            if not terms:
+                continue
+            self.documents += 1
+            doc_length = min(len(terms), _MAX_LENGTH)
+            self.length += doc_length
+            base, offset = index - (index & _OFFSET_MASK), index & _OFFSET_MASK
+            counts: dict[bytes, int] = {}
+            for term in terms:
+                counts[term] = counts.get(term, 0) + 1
+            for term, tf in counts.items():
+                record = (base, pack(offset, doc_length, min(tf, _MAX_TF)))
+                self._by_term.setdefault(term, []).append(record)
+
+    def records(self, term: bytes) -> list[tuple[int, bytes]]:
+        """The postings of one term: (base index, one record) per message holding it."""
+        return self._by_term.get(term, [])
+
+    def terms_starting(self, start: bytes) -> list[bytes]:
+        """The terms the messages hold that begin with `start`."""
+        return [term for term in self._by_term if term.startswith(start)]
+
+    def records_by_stem(
+        self, stem_of: Callable[[bytes], bytes], stem: bytes
+    ) -> list[tuple[int, bytes]]:
+        """The postings of every term whose stem (by `stem_of`, the same each call) is `stem`."""
+        if self._stems is None:
+            self._stems = {}
+            for term in self._by_term:
+                self._stems.setdefault(stem_of(term), []).append(term)
+        return [record for term in self._stems.get(stem, []) for record in self._by_term[term]]

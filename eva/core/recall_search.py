@@ -20,8 +20,8 @@ import numpy.typing as npt
 from eva.core.keys import StreamId, stream_prefix
 from eva.core.recall_index import (
     POSTING_SIZE,
+    OpenChunk,
     indexed_forms,
-    open_postings,
     read_totals,
     term_postings,
 )
@@ -94,7 +94,7 @@ def search(
     stream: StreamId,
     query: str | Sequence[bytes],
     limit: int,
-    unindexed: Iterable[tuple[int, str]] = (),
+    unindexed: Iterable[tuple[int, str]] | OpenChunk = (),
     *,
     within: Sequence[tuple[int, int]] = (),
     authors: Sequence[bytes] = (),
@@ -105,8 +105,9 @@ def search(
     `query` is a text or its words (index terms). Each word matches every
     indexed term with its stem (eva.core.stems): its forms count together as
     one term would. `unindexed` are (index, text) of messages the index does
-    not hold yet (the projection indexes messages in whole chunks); they are
-    searched, and weigh in the statistics, exactly as if it held them.
+    not hold yet (the projection indexes messages in whole chunks), or their
+    `OpenChunk`; they are searched, and weigh in the statistics, exactly as
+    if it held them.
     `within`, if given, are [start, stop) ranges of message indexes: only
     messages in them are ranked or counted, while the statistics stay those
     of the whole channel.
@@ -130,11 +131,9 @@ def search(
     length, per_bucket = read_totals(tables, prefix)
     words = term_bytes(query) if isinstance(query, str) else list(query)
     query_words = list({stem(word): word for word in reversed(words)}.values())[::-1]
-    open_found, open_documents, open_length = open_postings(
-        unindexed, [*query_words, *authors], stem
-    )
-    documents = sum(per_bucket) + open_documents
-    length += open_length
+    chunk = unindexed if isinstance(unindexed, OpenChunk) else OpenChunk(unindexed)
+    documents = sum(per_bucket) + chunk.documents
+    length += chunk.length
     if documents == 0 or limit <= 0:
         return SearchResult([], 0)
     buckets = [bucket for bucket, count in enumerate(per_bucket) if count]
@@ -145,13 +144,13 @@ def search(
             for form in _forms(tables, prefix, word)
             for posting in term_postings(tables, prefix, form, buckets)[0]
         ]
-        postings.extend(open_found[word])
+        postings.extend(chunk.records_by_stem(stem, stem(word)))
         if postings:
             found.append(_term_records(word, postings))
     marks = [
         posting
         for mark in authors
-        for posting in [*term_postings(tables, prefix, mark, buckets)[0], *open_found[mark]]
+        for posting in [*term_postings(tables, prefix, mark, buckets)[0], *chunk.records(mark)]
     ]
     if marks:
         found.append(replace(_term_records(b"", marks), authors=author_boost))
@@ -175,19 +174,18 @@ def search(
 
 
 def people_named(
-    tables: Tables, stream: StreamId, words: Sequence[bytes], open_marks: Iterable[str] = ()
+    tables: Tables, stream: StreamId, words: Sequence[bytes], chunk: OpenChunk | None = None
 ) -> dict[bytes, list[bytes]]:
     """The index's marks of the people whose names `words` hold (eva.core.terms.author_words),
     by the word that names them.
 
     A word names a person when it is a word of their name, or the start of
     one and at least `MIN_NAME_START` letters long ("jl777" names "jl777c").
-    `open_marks` are the marks of messages the index does not hold yet, as
-    `author_words` gives them.
+    `chunk` holds messages the index does not hold yet.
     """
     prefix = stream_prefix(stream)
     mark = AUTHOR_MARK.encode()
-    held = {word.encode() for marks in open_marks for word in marks.split()}
+    held = [] if chunk is None else chunk.terms_starting(mark)
     found: dict[bytes, list[bytes]] = {}
     for word in words:
         start = mark + word

@@ -18,6 +18,7 @@ from eva.core.keys import StreamId, decode_u64, discord_id_key
 from eva.core.projection import index_text, indexed_upto
 from eva.core.prompt import memory_prompt
 from eva.core.recall import RecallView, recall_view
+from eva.core.recall_index import OpenChunk
 from eva.core.recall_query import index_ranges, read_query
 from eva.core.recall_search import (
     AUTHOR_ALONE_BOOST,
@@ -30,7 +31,6 @@ from eva.core.render import cut_to_bytes, render_line
 from eva.core.settings import MemorySettings
 from eva.core.state import StreamMeta
 from eva.core.tables import Tables
-from eva.core.terms import author_words
 from eva.memory.publish import LineSizes
 from eva.store.event_store import (
     EventStore,
@@ -247,6 +247,10 @@ def _zoom_message(store: EventStore, stream: StreamId, index: int, tz: tzinfo, p
 
 
 RECALL_HITS = 50
+# The last few channels' messages past the recall index, gathered for search: a
+# conversation's recalls come one after another while its channel stands still.
+OPEN_CHUNKS_KEPT = 16
+_open_chunks: dict[tuple[int, StreamId, int, frozenset[int]], OpenChunk] = {}
 RECALL_CAP_BYTES = 8000
 
 
@@ -273,25 +277,34 @@ def recall(
         hidden = withheld(tables, stream, meta)
         messages = meta.messages if meta is not None else 0
 
+        read: dict[int, StoredMessage | None] = {}  # each message read once a recall
+
         def message_at(index: int) -> ShownMessage | None:
-            message = read_message(tables, stream, index)
+            if index not in read:
+                read[index] = read_message(tables, stream, index)
+            message = read[index]
             return None if message is None or index in hidden else shown(index, message)
 
         first_ms, last_ms = _time_at(tables, stream, 0), _time_at(tables, stream, messages - 1)
         question = read_query(query, tz, asked_ms, first_ms, last_ms)
-        open_chunk = read_messages(tables, stream, indexed_upto(stream, messages), messages)
-        unindexed = [
-            (index, index_text(message.posted.author_name, message.content, message.attachments))
-            for index, message in open_chunk
-            if index not in hidden
-        ]
+        position = meta.position if meta is not None else 0
+        open_key = (id(store.backend), stream, position, hidden)
+        unindexed = _open_chunks.get(open_key)
+        if unindexed is None:
+            open_chunk = read_messages(tables, stream, indexed_upto(stream, messages), messages)
+            unindexed = _open_chunks[open_key] = OpenChunk(
+                (index, index_text(posted.author_name, message.content, message.attachments))
+                for index, message in open_chunk
+                if index not in hidden
+                for posted in (message.posted,)
+            )
+            while len(_open_chunks) > OPEN_CHUNKS_KEPT:
+                del _open_chunks[next(iter(_open_chunks))]
         within = index_ranges(
             question.spans, lambda index: _time_at(tables, stream, index), messages
         )
         words = question.words
-        named = people_named(
-            tables, stream, words, {author_words(m.posted.author_name) for _, m in open_chunk}
-        )
+        named = people_named(tables, stream, words, unindexed)
         marks = [mark for found in named.values() for mark in found]
         boost = AUTHOR_ALONE_BOOST if set(words) <= set(named) else AUTHOR_BOOST
 
