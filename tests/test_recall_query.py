@@ -52,6 +52,14 @@ def test_a_month_without_year_means_it_in_every_year_of_the_channel() -> None:
     assert query.spans == tuple((ms(year, 6, 1), ms(year, 6, 11)) for year in (2023, 2024, 2025))
 
 
+def test_parts_of_a_month() -> None:
+    end = read("what happened at the end of October 2018?")
+    assert end.words == (b"happened",)
+    assert end.spans == ((ms(2018, 10, 21), ms(2018, 11, 1)),)
+    assert read("the start of feb 2024").spans == ((ms(2024, 2, 1), ms(2024, 2, 11)),)
+    assert read("mid june 2024").spans == ((ms(2024, 6, 11), ms(2024, 6, 21)),)
+
+
 def test_a_day_of_a_month_and_iso_dates() -> None:
     assert read("what did we do on June 18 2025").spans == ((ms(2025, 6, 18), ms(2025, 6, 19)),)
     assert read("the 14th of june 2024 trip").spans == ((ms(2024, 6, 14), ms(2024, 6, 15)),)

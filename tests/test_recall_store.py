@@ -68,6 +68,21 @@ def test_a_month_in_the_question_keeps_to_it_and_falls_back_when_empty(tmp_path:
     assert sorted(hits(recall(store, STREAM, "the boat in June 2024", settings))) == [0, 1, 2]
 
 
+def test_a_time_with_few_matching_messages_shows_its_longest_ones_too(tmp_path: Path) -> None:
+    messages = [
+        post(0, "ann", "2024-03-01T10:00", "we should do a trip to the lakes in june, cabins"),
+        post(1, "bo", "2024-03-01T10:05", "ok"),
+        post(2, "cy", "2024-03-02T10:00", "priced cabins: 640 euros each with car and flights"),
+        post(3, "bo", "2024-03-02T11:00", "idea: bring the board game"),
+        post(4, "ann", "2024-04-20T10:00", "another idea for a long weekend, far later"),
+    ]
+    store = store_of(tmp_path, messages)
+    view = recall(store, STREAM, "what idea came up in early March 2024?", MemorySettings())
+    assert hits(view) == [3]  # the one that says "idea" then
+    assert set(shown(view)) >= {0, 2}  # and the long messages of the span with it
+    assert 4 not in shown(view)
+
+
 def test_a_named_persons_own_words_come_before_pings_of_them(tmp_path: Path) -> None:
     messages = [
         post(0, "ann", "2024-02-10T10:00", "the ferry leaves at noon from pier 4"),

@@ -185,13 +185,16 @@ def recall_view(
     measured on scripts/eval_recall.py: it found no more answers and cost
     a read per message looked at.) A hit whose window would pass `cap_bytes` is
     left out and the next ones are tried, until `MISFITS_TRIED` in a row
-    did not fit.
+    did not fit. A hit of score 0 (a message shown for when it was posted,
+    not for its words: eva.core.recall_search.longest_within) is shown
+    without the hit mark and not counted as one.
     """
     windows: list[_Window] = []
     shown: list[tuple[RecallLine, ...]] = []  # each window's lines
     texts: list[str] = []  # and its text
     shown_hits = misfits = 0
-    for index, _score in result.hits:
+    for index, score in result.hits:
+        matched = score > 0  # a hit of score 0 is shown for its time, not its words
         hit = _visible(message_at, index)
         if hit is None:
             continue
@@ -201,7 +204,10 @@ def recall_view(
             *_neighbours(message_at, hit, 1, context),
             *_replied(message_at, hit, index_of),
         ]
-        new = _Window({message.index: message for message in around}, frozenset((index,)))
+        new = _Window(
+            {message.index: message for message in around},
+            frozenset((index,)) if matched else frozenset(),
+        )
         grown = _with_hit(windows, new)
         # Only the window the hit went into is new; the others keep their lines.
         before = {id(window): place for place, window in enumerate(windows)}
@@ -211,15 +217,15 @@ def recall_view(
             lines = window.shown(tz) if place is None else shown[place]
             grown_shown.append(lines)
             grown_texts.append(_window_text(lines) if place is None else texts[place])
-        more = result.total - shown_hits - 1
-        text = _render(query, grown_texts, shown_hits + 1, result.total, more)
+        counted = shown_hits + matched
+        text = _render(query, grown_texts, counted, result.total, result.total - counted)
         if utf8_size(text) > cap_bytes:
             misfits += 1
             if misfits == MISFITS_TRIED:
                 break
             continue
         misfits = 0
-        windows, shown, texts, shown_hits = grown, grown_shown, grown_texts, shown_hits + 1
+        windows, shown, texts, shown_hits = grown, grown_shown, grown_texts, counted
     return RecallView(
         query=query,
         total=result.total,

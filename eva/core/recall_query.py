@@ -57,7 +57,15 @@ _MONTHS: Final = {
     for name in names
 }
 # "early", "mid" and "late" in a month: its days 1-10, 11-20 and 21-end.
-_PARTS: Final = {"early": (1, 10), "mid": (11, 20), "middle": (11, 20), "late": (21, 31)}
+_PARTS: Final = {
+    "early": (1, 10),
+    "beginning": (1, 10),
+    "start": (1, 10),
+    "mid": (11, 20),
+    "middle": (11, 20),
+    "late": (21, 31),
+    "end": (21, 31),
+}
 _ISO_DATE: Final = re.compile(r"\b(\d{4})-(\d{1,2})-(\d{1,2})\b")
 _YEAR: Final = re.compile(r"^(19|20)\d\d$")
 _DAY: Final = re.compile(r"^(\d{1,2})(st|nd|rd|th)?$")

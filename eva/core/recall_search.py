@@ -9,6 +9,7 @@
 # newer message first; `total` counts every message holding a query term.
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -25,6 +26,8 @@ from eva.core.recall_index import (
     read_totals,
     term_postings,
 )
+from eva.core.slots import read_slots
+from eva.core.state import decode_meta
 from eva.core.stems import forms_prefix, stem
 from eva.core.tables import Tables
 from eva.core.terms import AUTHOR_MARK, term_bytes
@@ -37,6 +40,8 @@ K1: Final = 1.2
 # the question asks about more than the person, and when it asks about them alone.
 AUTHOR_BOOST: Final = 0.3
 AUTHOR_ALONE_BOOST: Final = 1.0
+# The most messages a span may hold for `longest_within` to look through them.
+SPAN_READ: Final = 5000
 # A question's word this long or longer names a person whose name word it starts.
 MIN_NAME_START: Final = 4
 COVERAGE: Final = 0.0
@@ -270,3 +275,30 @@ def _ranked(scores: _Floats, scored: npt.NDArray[np.bool_], limit: int) -> list[
         (int(index), float(score))
         for index, score in zip(candidates[order], values[order], strict=True)
     ]
+
+
+def longest_within(
+    tables: Tables,
+    stream: StreamId,
+    within: Sequence[tuple[int, int]],
+    count: int,
+    hidden: frozenset[int] = frozenset(),
+) -> list[int]:
+    """The `count` longest messages posted in the `within` ranges of indexes, longest
+    first (the newer of two as long), none of `hidden`; none at all if the ranges
+    hold more than `SPAN_READ` messages.
+
+    For a question about a time whose words few messages then hold: a span's
+    long messages are where most of what happened in it was said.
+    """
+    data = tables.get("streams", stream_prefix(stream))
+    meta = None if data is None else decode_meta(data)
+    if meta is None or sum(stop - start for start, stop in within) > SPAN_READ:
+        return []
+    sizes = [
+        (slot.size, index)
+        for start, stop in within
+        for index, slot in read_slots(tables, stream, meta, start, stop)
+        if not slot.deleted and index not in hidden
+    ]
+    return [index for _, index in heapq.nlargest(count, sizes)]

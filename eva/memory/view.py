@@ -24,6 +24,7 @@ from eva.core.recall_search import (
     AUTHOR_ALONE_BOOST,
     AUTHOR_BOOST,
     SearchResult,
+    longest_within,
     people_named,
     search,
 )
@@ -317,6 +318,11 @@ def recall(
         result = searched(within)
         if within and not result.hits:  # nothing said then: search every time
             result = searched([])
+        elif within and len(result.hits) < RECALL_HITS:  # and what else was said then
+            found = {index for index, _ in result.hits}
+            longest = longest_within(tables, stream, within, RECALL_HITS, hidden | found)
+            extra = [(index, 0.0) for index in longest[: RECALL_HITS - len(found)]]
+            result = SearchResult([*result.hits, *extra], result.total)
 
         def index_of(message_id: int) -> int | None:
             data = tables.get("discord_ids", discord_id_key(stream, message_id))
