@@ -459,9 +459,10 @@ def test_recall_text_shows_hits_with_context() -> None:
     text = recall_text("key", result, chat(texts), context=2)
     lines = text.splitlines()
     assert lines[0].startswith('1 messages match "key"')
-    window = lines[2:]
+    assert lines[2] == "2022-01-08"  # the day, then its messages
+    window = lines[3:]
     assert [line[:6] for line in window] == ["  [8] ", "  [9] ", "> [10]", "  [11]", "  [12]"]
-    assert window[2] == "> [10] 2022-01-08 00:10 user1: the key is under the mat"
+    assert window[2] == "> [10] 00:10 user1: the key is under the mat"
 
 
 def test_overlapping_windows_merge_in_rank_order() -> None:

@@ -411,7 +411,7 @@ async def test_recall_filters_by_person_and_dates(tmp_path: Path) -> None:
             return [line for line in text.splitlines() if line.startswith("> ")]
 
         everyone = hits(plain.text)
-        assert {line.split(" ")[4] for line in everyone} == {"person0:", "person1:", "person2:"}
+        assert {line.split(" ")[3] for line in everyone} == {"person0:", "person1:", "person2:"}
 
         one = await run_tool(supervisor, A, "recall", {"query": "topic3", "person": "@Person1"})
         assert not one.is_error

@@ -21,6 +21,7 @@ from eva.core.render import cut_to_bytes, flatten_line_breaks, render_message, u
 MESSAGE_BYTES = 300  # a hit's text, at most
 CONTEXT_BYTES = 100  # a message shown around a hit, at most
 CONTEXT = 1  # messages shown on each side of a hit, at most
+CONTEXT_HITS = 10  # the best hits shown with them; the rest alone
 # A pause longer than this ends a turn of talk: context stops there.
 TURN_GAP_MS = int(0.25 * 60 * 60 * 1000)
 # Hits in a row whose windows do not fit before the answer is taken as full.
@@ -66,9 +67,9 @@ def _shown(message: ShownMessage, hit: bool, tz: tzinfo) -> RecallLine:
 
 
 def render_shown(message: RecallLine) -> str:
-    """`> [index] YYYY-MM-DD HH:MM Name: text`, with `>` only on a hit."""
+    """`> [index] HH:MM Name: text`, with `>` only on a hit (its day is on a line above)."""
     mark = ">" if message.hit else " "
-    return f"{mark} [{message.index}] {message.time} {message.author}: {message.text}"
+    return f"{mark} [{message.index}] {message.time[11:]} {message.author}: {message.text}"
 
 
 def _visible(message_at: Callable[[int], ShownMessage | None], index: int) -> ShownMessage | None:
@@ -153,7 +154,16 @@ def _with_hit(windows: list[_Window], new: _Window) -> list[_Window]:
 
 
 def _window_text(lines: tuple[RecallLine, ...]) -> str:
-    return "\n".join(render_shown(message) for message in lines)
+    """A window's messages, one a line, each day they were posted on a line of its own
+    above them (`YYYY-MM-DD`)."""
+    shown: list[str] = []
+    day = ""
+    for message in lines:
+        if message.time[:10] != day:
+            day = message.time[:10]
+            shown.append(day)
+        shown.append(render_shown(message))
+    return "\n".join(shown)
 
 
 def _render(query: str, texts: list[str], hits: int, total: int, more: int) -> str:
@@ -198,10 +208,11 @@ def recall_view(
         hit = _visible(message_at, index)
         if hit is None:
             continue
+        turn = context if shown_hits < CONTEXT_HITS else 0
         around = [
-            *_neighbours(message_at, hit, -1, context),
+            *_neighbours(message_at, hit, -1, turn),
             hit,
-            *_neighbours(message_at, hit, 1, context),
+            *_neighbours(message_at, hit, 1, turn),
             *_replied(message_at, hit, index_of),
         ]
         new = _Window(

@@ -247,7 +247,7 @@ def _zoom_message(store: EventStore, stream: StreamId, index: int, tz: tzinfo, p
     return Zoomed(text=text, message=shown_message, page=page, pages=len(pages))
 
 
-RECALL_HITS = 50
+RECALL_HITS = 100
 # The last few channels' messages past the recall index, gathered for search: a
 # conversation's recalls come one after another while its channel stands still.
 OPEN_CHUNKS_KEPT = 16
