@@ -58,7 +58,7 @@ from eva.core.keys import StreamId
 from eva.core.settings import MemorySettings, ModelSettings
 from eva.discord.answer import Answerer
 from eva.discord.bridge import aio, run_trio
-from eva.discord.history import History
+from eva.discord.history import History, RestPages, Stored
 from eva.discord.lanes import Backfill, Change, Ingest, Job, Lane, StoreAgain
 from eva.discord.mapping import (
     delete_of,
@@ -117,10 +117,6 @@ class BotContext:
     backfill: Callable[[int], Awaitable[int]]
     rest: hikari.api.RESTClient
     data_dir: Path
-
-
-Stored = Callable[[StreamId, Post, "int | None"], None]
-"""A hook called once a post's answer is back from the actor (durable); for benchmarks."""
 
 
 def bot_id_of(token: str) -> int:
@@ -207,7 +203,7 @@ class EvaBot:
         self._context = contextvars.copy_context()
         self._lanes: dict[StreamId, Lane] = {}
         self._claimed: set[int] = set()  # messages Eva answers, until they are stored
-        self.history = History(self)
+        self.history = History(self, RestPages(bot.rest))
         self._lane_tasks = 0
         self._lanes_idle = trio.Event()
         self._lanes_idle.set()
