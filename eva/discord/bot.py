@@ -68,8 +68,8 @@ from eva.discord.mapping import (
 from eva.discord.messages import mention_names
 from eva.discord.payloads import PayloadError, asks_eva, chat_post, chat_stream
 from eva.discord.reply_sender import ReplySender
-from eva.live.actor import Request
 from eva.live.inputs import Describe, Edit, Post
+from eva.live.request import Request
 from eva.live.supervisor import Supervisor, wall_clock_ms
 from eva.live.urgency import Urgency
 from eva.store.event_store import EventStore
