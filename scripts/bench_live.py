@@ -63,7 +63,7 @@ import trio
 import trio.testing
 
 from eva.cli.cmd_import import read_export
-from eva.cli.cmd_serve import settle
+from eva.cli.serve_frame import settle
 from eva.core.dce import export_events, parse_export
 from eva.core.events import MessagePosted
 from eva.core.keys import StreamId
