@@ -1,9 +1,9 @@
-# A channel actor's timers: when it next looks at its channel, when it counts as idle, and how
-# long it waits before it tries a failed compression run again.
+# A channel's timers: when its actor next looks at it, when it counts as idle, and how long
+# a retry waits after a failure (a compression run, or the bot's commit the disk refused).
 #
 # Pure: times are arguments, in seconds of the actor's clock (trio's, which tests run on a
-# mock clock); nothing here reads a clock. The shell (eva.live.sleep, eva.live.compressing)
-# asks these and acts.
+# mock clock); nothing here reads a clock. The shell (eva.live.sleep, eva.live.compressing,
+# eva.discord.bot) asks these and acts.
 # Invariants: only future deadlines count, so a timer never fires twice for one thing; the
 # quiet publish is timed once per quiet spell (the spell that began with the last input);
 # waits between retries double up to a ceiling.

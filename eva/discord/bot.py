@@ -54,6 +54,7 @@ import hikari
 import msgspec
 import trio
 
+from eva.core.channel_timers import next_retry_delay
 from eva.core.keys import StreamId
 from eva.core.settings import MemorySettings, ModelSettings
 from eva.discord.answer import Answerer
@@ -503,7 +504,7 @@ class EvaBot:
                     self._done(lane, ingest)
                 return
             await trio.sleep(delay)
-            delay = min(delay * 2, self.supervisor.shared.live.retry_most_seconds)
+            delay = next_retry_delay(delay, self.supervisor.shared.live.retry_most_seconds)
             lane.submitted(len(failed))
             requests = await self.supervisor.submit_all(stream, [one.post for one in failed])
             for ingest, request in zip(failed, requests, strict=True):
