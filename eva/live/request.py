@@ -3,7 +3,7 @@
 # Shell (trio). A sender makes a `Request`, puts it in the actor's inbox and either waits
 # for its answer (`result`) or has a callback called with it (`when_answered`); the actor
 # answers it once (`reply`), with a value or with the error the input raised.
-# Invariants: a request is answered once; a waiting sender's event is made only for a
+# Invariants: the actor answers each request once; a waiting sender's event is made only for a
 # sender that waits; what a callback raises is logged and dropped, never the actor's.
 from __future__ import annotations
 
