@@ -63,15 +63,15 @@ import trio
 import trio.testing
 
 from eva.cli.cmd_import import read_export
-from eva.cli.cmd_serve import settle
+from eva.cli.serve_frame import settle
 from eva.core.dce import export_events, parse_export
 from eva.core.events import MessagePosted
 from eva.core.keys import StreamId
 from eva.core.settings import KIB, LiveSettings, MemorySettings
 from eva.core.summarize import OfflineSummarizer
-from eva.live.actor import Request
 from eva.live.collector import freeze_start_up, serving_collector
 from eva.live.inputs import GetPrompt, Post, post_of
+from eva.live.request import Request
 from eva.live.supervisor import Supervisor, open_supervisor
 from eva.store.event_store import EventStore
 from eva.store.lmdb_kv import open_backend

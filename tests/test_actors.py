@@ -36,8 +36,10 @@ from eva.core.settings import KIB, MINUTE_MS, LiveSettings, MemorySettings
 from eva.core.summarize import OfflineSummarizer, Summarizer, Summary, Task
 from eva.core.timing import compression_due
 from eva.live import prompt_tail
-from eva.live.actor import POST_BATCH, POSTS_IN_FLIGHT, Request, _InFlight
+from eva.live.channel_state import _InFlight
 from eva.live.inputs import Delete, Edit, GetPrompt, Post, Recall, RecordTool, Zoom
+from eva.live.posting import POST_BATCH, POSTS_IN_FLIGHT
+from eva.live.request import Request
 from eva.live.supervisor import (
     POSTED_START_DELAY_S,
     WAKES_PER_TURN,

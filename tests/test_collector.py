@@ -13,7 +13,7 @@ from pathlib import Path
 import trio
 from test_writer import posted
 
-from eva.cli.cmd_serve import Session, serve
+from eva.cli.serve_frame import Session, serve
 from eva.core.keys import StreamId
 from eva.core.settings import MemorySettings
 from eva.live.collector import (

@@ -41,8 +41,14 @@ from eva.memory.forget import ErasureFailed, ForgetReport
 from eva.memory.view import RowText, channel_zone, row_lines
 from eva.store.event_store import EventStore
 from eva.store.lmdb_kv import open_backend
-from eva.testing import fake_discord
-from eva.testing.fake_discord import FakeDiscord, Guild, InteractionResponse, User, wait_until
+from eva.testing.fake_discord import (
+    FakeDiscord,
+    Guild,
+    InteractionResponse,
+    User,
+    interactions,
+    wait_until,
+)
 
 T = TypeVar("T")
 JSON = dict[str, Any]
@@ -253,7 +259,7 @@ def button_answers_name_their_message(monkeypatch: pytest.MonkeyPatch) -> None:
     fake leaves `interacted_message_id` out, and hikari cannot read a new message answering a
     button press without it. (To be fixed in eva.testing.fake_discord; patched here meanwhile.)
     """
-    original = fake_discord._interaction_metadata
+    original = interactions._interaction_metadata
 
     def metadata(inter: JSON) -> JSON:
         out = original(inter)
@@ -261,7 +267,7 @@ def button_answers_name_their_message(monkeypatch: pytest.MonkeyPatch) -> None:
             out["interaction_metadata"]["interacted_message_id"] = inter["message"]["id"]
         return out
 
-    monkeypatch.setattr(fake_discord, "_interaction_metadata", metadata)
+    monkeypatch.setattr(interactions, "_interaction_metadata", metadata)
 
 
 @pytest.fixture(autouse=True)

@@ -4,6 +4,8 @@
 # offline summarizer, and stands in for the gateway by turning standard input
 # lines (or an export's messages) into `Post` inputs. It knows nothing of
 # Discord: local channels live in guild 0 with ids hashed from their names.
+# This module holds the command and its standard-input feed; eva.cli.serve_export
+# replays an export, and eva.cli.serve_frame is the frame both run in.
 # Invariants: a message is reported stored only after the supervisor answered
 # (it is durable then); on SIGINT/SIGTERM the feeding stops, the supervisor
 # exits and its writer commits what was queued; messages of one channel reach
@@ -12,20 +14,15 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TextIO
 
 import trio
 
 from eva.cli.cmd_import import read_export
-from eva.cli.cmd_status import ChannelStatus, channel_status, iso_time, status_table, totals
 from eva.cli.common import (
-    Progress,
     UserError,
     add_data_option,
     add_json_option,
@@ -33,17 +30,12 @@ from eva.cli.common import (
     load_live_settings,
     load_settings,
     open_store,
-    print_json,
 )
-from eva.core.dce import ChannelExport, ExportError, export_events, parse_export
-from eva.core.events import MessagePosted, RowPublished, decode_event
-from eva.core.forget import Forgotten
-from eva.core.keys import StreamId
-from eva.core.settings import LiveSettings, MemorySettings
-from eva.core.summarize import OfflineSummarizer
-from eva.core.timing import compression_due
-from eva.live.collector import freeze_start_up, serving_collector
-from eva.live.inputs import Describe, Post, post_of
+from eva.cli.serve_export import ScaledClock, serve_export
+from eva.cli.serve_frame import Session, report, serve, warn
+from eva.core.dce import ChannelExport, ExportError, parse_export
+from eva.core.settings import MemorySettings
+from eva.live.inputs import Describe, Post
 from eva.live.local_chat import (
     DEFAULT_CHANNEL,
     ChatLine,
@@ -52,50 +44,13 @@ from eva.live.local_chat import (
     parse_chat_line,
     stable_id,
 )
-from eva.live.supervisor import Supervisor, open_supervisor, wall_clock_ms
+from eva.live.supervisor import Supervisor, wall_clock_ms
 from eva.store.event_store import EventStore
 
 LOCAL_GUILD_NAME = "local"
 SENDER_QUEUE = 256
 READ_BYTES = 65536
-STATUS_EVERY_S = 3.0
-SETTLE_POLL_S = 0.1
 EXIT_INTERRUPTED = 130
-
-# -- the session ----------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class Session:
-    """What this run did, counted as it goes."""
-
-    mode: str
-    live: LiveSettings = field(default_factory=LiveSettings)
-    started: float = field(default_factory=time.perf_counter)
-    lines_read: int = 0
-    skipped_lines: int = 0
-    stored: int = 0
-    already_stored: int = 0
-    failed: int = 0
-    streams: dict[StreamId, None] = field(default_factory=dict)
-    stopped_by: str | None = None
-
-
-class ScaledClock(trio.abc.Clock):
-    """A trio clock that runs `rate` times faster than real time (for replays)."""
-
-    def __init__(self, rate: float) -> None:
-        self.rate = rate
-        self._origin = 0.0
-
-    def start_clock(self) -> None:
-        self._origin = time.perf_counter()
-
-    def current_time(self) -> float:
-        return (time.perf_counter() - self._origin) * self.rate
-
-    def deadline_to_sleep_time(self, deadline: float) -> float:
-        return max(0.0, (deadline - self.current_time()) / self.rate)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -245,13 +200,13 @@ def _decode(raw: bytes, number: int, default_channel: str) -> ChatLine | None:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
-        _warn(f"line {number} skipped: not valid UTF-8")
+        warn(f"line {number} skipped: not valid UTF-8")
         return None
     chat = parse_chat_line(text, default_channel)
     if chat is None:
         shown = text.strip()
         shown = shown if len(shown) <= 60 else shown[:57] + "..."
-        _warn(f"line {number} skipped: expected 'NAME: text' or '#CHANNEL NAME: text', "
+        warn(f"line {number} skipped: expected 'NAME: text' or '#CHANNEL NAME: text', "
               f"got {shown!r}")
     return chat
 
@@ -278,7 +233,7 @@ async def send_channel(
                 index = await supervisor.ask(stream, post)
             except Exception as error:  # the actor logged it; this message is lost, go on
                 session.failed += 1
-                _warn(f"#{channel}: a message could not be stored: {error}")
+                warn(f"#{channel}: a message could not be stored: {error}")
                 continue
             if index is None:
                 session.already_stored += 1
@@ -287,267 +242,3 @@ async def send_channel(
             if acks is not None:
                 acks.write(f"#{channel} {index}\n")
                 acks.flush()
-
-
-# -- export replay -------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class ReplayTime:
-    """The replay's "now": chat time, paced by the (scaled) trio clock when there is one."""
-
-    paced: bool
-    latest_ms: int
-    origin_ms: int = 0
-    origin_s: float | None = None
-
-    def start(self, at_ms: int) -> None:
-        self.origin_ms, self.origin_s = at_ms, trio.current_time()
-        self.latest_ms = max(self.latest_ms, at_ms)
-
-    def due_s(self, at_ms: int) -> float:
-        """The clock time at which a message of chat time `at_ms` is fed."""
-        assert self.origin_s is not None
-        return self.origin_s + (at_ms - self.origin_ms) / 1000
-
-    def now_ms(self) -> int:
-        if self.paced and self.origin_s is not None:
-            paced = self.origin_ms + int((trio.current_time() - self.origin_s) * 1000)
-            return max(self.latest_ms, paced)
-        return self.latest_ms
-
-
-async def serve_export(
-    store: EventStore,
-    settings: MemorySettings,
-    export: ChannelExport,
-    clock: ScaledClock | None,
-    quiet: bool,
-    session: Session,
-) -> None:
-    """Replay `export` through a supervisor, paced by `clock` (None: as fast as possible)."""
-    stream = export.stream
-    session.streams[stream] = None
-    meta = store.meta(stream)
-    forgotten = Forgotten(meta.forgotten if meta is not None else {})  # they stay gone
-    posts = [post_of(e) for e in export_events(export, None, _unknown, forgotten)
-             if isinstance(e, MessagePosted)]
-    first_ms = posts[0].at_ms if posts else (meta.last_ms if meta else 0)
-    replay_time = ReplayTime(paced=clock is not None, latest_ms=first_ms)
-
-    async def feed(supervisor: Supervisor) -> None:
-        if meta is None or (meta.guild_name, meta.channel_name) != (
-            export.guild.name, export.channel.name
-        ):
-            describe = Describe(
-                guild_name=export.guild.name,
-                channel_name=export.channel.name,
-                time_zone=meta.time_zone if meta is not None else "UTC",
-            )
-            await supervisor.ask(stream, describe)
-        progress = Progress("replay", len(posts), sys.stderr, quiet=quiet)
-        watcher = StatusLines(store, stream, supervisor, replay_time, progress)
-        rate = clock.rate if clock is not None else 1.0
-        async with trio.open_nursery() as nursery:
-            if not quiet:
-                nursery.start_soon(watcher.run, STATUS_EVERY_S * rate)
-            try:
-                await replay_posts(supervisor, store, stream, posts, replay_time, progress,
-                                   session)
-            finally:
-                progress.close()
-                nursery.cancel_scope.cancel()
-
-    await serve(store, settings, session, replay_time.now_ms, feed)
-
-
-async def replay_posts(
-    supervisor: Supervisor,
-    store: EventStore,
-    stream: StreamId,
-    posts: list[Post],
-    replay_time: ReplayTime,
-    progress: Progress,
-    session: Session,
-) -> None:
-    """Post each message at its paced time; messages already stored are passed over at once."""
-    for post in posts:
-        session.lines_read += 1
-        if store.index_of(stream, post.message_id) is not None:
-            session.already_stored += 1
-            progress.advance()
-            continue
-        if replay_time.origin_s is None:
-            replay_time.start(post.at_ms)
-        if replay_time.paced:
-            await trio.sleep_until(replay_time.due_s(post.at_ms))
-        replay_time.latest_ms = max(replay_time.latest_ms, post.at_ms)
-        try:
-            index = await supervisor.ask(stream, post)
-        except Exception as error:  # the actor logged it; go on with the next message
-            session.failed += 1
-            _warn(f"message {post.message_id} could not be stored: {error}")
-            index = None
-        else:
-            if index is None:
-                session.already_stored += 1
-            else:
-                session.stored += 1
-        progress.advance()
-
-
-class StatusLines:
-    """Every few seconds, one line on standard error: where the replayed channel stands."""
-
-    def __init__(
-        self,
-        store: EventStore,
-        stream: StreamId,
-        supervisor: Supervisor,
-        replay_time: ReplayTime,
-        progress: Progress,
-    ) -> None:
-        self.store = store
-        self.stream = stream
-        self.supervisor = supervisor
-        self.replay_time = replay_time
-        self.progress = progress
-        meta = store.meta(stream)
-        self.position = meta.position if meta is not None else 0
-        self.publishes = 0
-
-    def count_publishes(self) -> int:
-        """Row publishes appended since the replay began (reads only the new events)."""
-        for seq, data in self.store.raw_events(self.stream, self.position):
-            if isinstance(decode_event(data), RowPublished):
-                self.publishes += 1
-            self.position = seq + 1
-        return self.publishes
-
-    def line(self) -> str:
-        meta = self.store.meta(self.stream)
-        stats = self.supervisor.statistics()
-        if meta is None:
-            return "status: no messages yet"
-        return (
-            f"status: {meta.messages:,} messages, tail {meta.tail_bytes:,} B, "
-            f"row {meta.row_bytes:,} B, {self.count_publishes()} publishes, "
-            f"{stats.tasks_done:,} tasks done; chat time "
-            f"{iso_time(self.replay_time.now_ms())}"
-        )
-
-    async def run(self, every_s: float) -> None:
-        out = self.progress.out
-        while True:
-            await trio.sleep(every_s)
-            prefix = "\r\033[K" if self.progress.tty else ""
-            out.write(f"{prefix}{self.line()}\n")
-            out.flush()
-
-
-def _unknown(message_id: int) -> None:
-    return None
-
-
-# -- the common frame: supervisor, signals, settling ---------------------------------
-
-
-async def serve(
-    store: EventStore,
-    settings: MemorySettings,
-    session: Session,
-    wall_ms: Callable[[], int],
-    feed: Callable[[Supervisor], Awaitable[None]],
-) -> None:
-    """Run `feed(supervisor)`, then wait for compression; a stop signal cuts both short.
-
-    The cancel scope sits inside the supervisor, so on a signal the supervisor
-    still exits normally and its writer commits every queued append.
-    """
-    summarizer = OfflineSummarizer(settings.line_limit)
-    with serving_collector():
-        async with open_supervisor(
-            store, summarizer, settings, session.live, wall_ms
-        ) as supervisor:
-            freeze_start_up()
-            with trio.CancelScope() as scope:
-                async with trio.open_nursery() as nursery:
-                    await nursery.start(watch_signals, scope, session)
-                    await feed(supervisor)
-                    await settle(store, settings, supervisor)
-                    nursery.cancel_scope.cancel()
-
-
-async def watch_signals(
-    scope: trio.CancelScope,
-    session: Session,
-    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
-) -> None:
-    """On SIGINT or SIGTERM, note which and cancel `scope`."""
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        task_status.started()
-        async for signum in signals:
-            session.stopped_by = signal.Signals(signum).name
-            scope.cancel()
-            return
-
-
-async def settle(store: EventStore, settings: MemorySettings, supervisor: Supervisor) -> None:
-    """Wait until no channel has compression due or lines to remake, and writes have stopped.
-
-    Merges may stay ready at rest (a run leaves a request's worth less than
-    full for the next one), so ready merges alone do not count as unfinished.
-    The store shows what is due; a run in progress between two of its writes
-    can look finished there, so this also waits until the writer has had
-    nothing to commit for one poll (the offline summarizer never pauses a run).
-    """
-    appends = -1
-    while True:
-        now = supervisor.statistics().appends
-        done = not any(
-            meta.stale or compression_due(meta, settings) for meta in store.streams()
-        )
-        if done and now == appends:
-            return
-        appends = now
-        await trio.sleep(SETTLE_POLL_S)
-
-
-# -- the summary -----------------------------------------------------------------
-
-
-def report(store: EventStore, settings: MemorySettings, session: Session, as_json: bool) -> None:
-    """Print what this run did and where its channels stand."""
-    channels: list[ChannelStatus] = []
-    for stream in session.streams:
-        meta = store.meta(stream)
-        if meta is not None:
-            channels.append(channel_status(store, meta, settings))
-    seconds = round(time.perf_counter() - session.started, 3)
-    if as_json:
-        print_json(
-            {
-                "mode": session.mode,
-                "lines_read": session.lines_read,
-                "stored": session.stored,
-                "already_stored": session.already_stored,
-                "skipped_lines": session.skipped_lines,
-                "failed": session.failed,
-                "stopped_by": session.stopped_by,
-                "seconds": seconds,
-                "channels": [c.to_json() for c in channels],
-                "totals": totals(channels),
-            }
-        )
-        return
-    print(
-        f"stored {session.stored:,} messages in {len(channels)} channels in {seconds:.2f} s"
-        f" ({session.already_stored:,} already stored, {session.skipped_lines:,} lines skipped"
-        f"{f', {session.failed:,} failed' if session.failed else ''})"
-    )
-    if channels:
-        print(status_table(channels))
-
-
-def _warn(text: str) -> None:
-    print(f"eva serve-local: {text}", file=sys.stderr, flush=True)

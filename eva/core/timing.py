@@ -19,6 +19,27 @@ def compression_due(meta: StreamMeta, settings: MemorySettings) -> bool:
     return meta.unleafed_bytes > settings.compress_at_bytes
 
 
+def run_wanted(meta: StreamMeta, settings: MemorySettings, force: bool = False) -> bool:
+    """Whether a compression run should start: asked for (`force`: a retry, or merges
+    ready), lines to make again (`stale`), or compression due."""
+    return force or meta.stale > 0 or compression_due(meta, settings)
+
+
+def run_reach(
+    cutoff: int, meta: StreamMeta | None, unfinished_upto: int, settings: MemorySettings
+) -> int:
+    """The index up to which a run writes leaves.
+
+    `cutoff` (see `compression_cutoff`) when compression is due; otherwise only the
+    merges left ready, up to the leaf frontier. Never short of `unfinished_upto`, what
+    a run that failed left undone.
+    """
+    upto = cutoff
+    if meta is not None and not compression_due(meta, settings):
+        upto = meta.leaf_frontier
+    return max(upto, unfinished_upto)
+
+
 def compression_cutoff(
     newest_first: Iterable[tuple[int, int]], leaf_frontier: int, settings: MemorySettings
 ) -> int:

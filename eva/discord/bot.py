@@ -54,11 +54,12 @@ import hikari
 import msgspec
 import trio
 
+from eva.core.channel_timers import next_retry_delay
 from eva.core.keys import StreamId
 from eva.core.settings import MemorySettings, ModelSettings
 from eva.discord.answer import Answerer
 from eva.discord.bridge import aio, run_trio
-from eva.discord.history import History
+from eva.discord.history import History, RestPages, Stored
 from eva.discord.lanes import Backfill, Change, Ingest, Job, Lane, StoreAgain
 from eva.discord.mapping import (
     delete_of,
@@ -68,8 +69,8 @@ from eva.discord.mapping import (
 from eva.discord.messages import mention_names
 from eva.discord.payloads import PayloadError, asks_eva, chat_post, chat_stream
 from eva.discord.reply_sender import ReplySender
-from eva.live.actor import Request
 from eva.live.inputs import Describe, Edit, Post
+from eva.live.request import Request
 from eva.live.supervisor import Supervisor, wall_clock_ms
 from eva.live.urgency import Urgency
 from eva.store.event_store import EventStore
@@ -117,10 +118,6 @@ class BotContext:
     backfill: Callable[[int], Awaitable[int]]
     rest: hikari.api.RESTClient
     data_dir: Path
-
-
-Stored = Callable[[StreamId, Post, "int | None"], None]
-"""A hook called once a post's answer is back from the actor (durable); for benchmarks."""
 
 
 def bot_id_of(token: str) -> int:
@@ -207,7 +204,7 @@ class EvaBot:
         self._context = contextvars.copy_context()
         self._lanes: dict[StreamId, Lane] = {}
         self._claimed: set[int] = set()  # messages Eva answers, until they are stored
-        self.history = History(self)
+        self.history = History(self, RestPages(bot.rest))
         self._lane_tasks = 0
         self._lanes_idle = trio.Event()
         self._lanes_idle.set()
@@ -507,7 +504,7 @@ class EvaBot:
                     self._done(lane, ingest)
                 return
             await trio.sleep(delay)
-            delay = min(delay * 2, self.supervisor.shared.live.retry_most_seconds)
+            delay = next_retry_delay(delay, self.supervisor.shared.live.retry_most_seconds)
             lane.submitted(len(failed))
             requests = await self.supervisor.submit_all(stream, [one.post for one in failed])
             for ingest, request in zip(failed, requests, strict=True):

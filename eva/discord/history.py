@@ -4,14 +4,18 @@
 # moderator asks, a channel's history after its last stored message is read page
 # by page, oldest first, and each message goes to the channel's actor like a live
 # one; the actor skips those already stored, so nothing is stored twice.
+# It may not know the bot: it needs only what `HistoryHost` names (the store, the
+# supervisor, Eva's id and name, the claims on questions) and a way to read a
+# page of a channel's messages after an id (`MessagePages`).
 # Invariants: a question found there is answered only if Eva claimed it (it was
 # neither stored nor claimed before), it is recent, and none of Eva's own
 # replies in that history answers it already.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import hikari
 
@@ -21,10 +25,8 @@ from eva.discord.bridge import aio
 from eva.discord.mapping import display_name
 from eva.discord.messages import CHAT_TYPES, asks_eva, post_from
 from eva.live.inputs import Post
-from eva.live.supervisor import wall_clock_ms
-
-if TYPE_CHECKING:
-    from eva.discord.bot import EvaBot
+from eva.live.supervisor import Supervisor, wall_clock_ms
+from eva.store.event_store import EventStore
 
 log = logging.getLogger(__name__)
 
@@ -33,11 +35,60 @@ BACKFILL_MOST = 10_000
 BACKFILL_REPLY_WINDOW_MS = 5 * 60_000
 
 
+Stored = Callable[[StreamId, Post, "int | None"], None]
+"""A hook called once a post's answer is back from the actor (durable); for benchmarks."""
+
+
+class MessagePages(Protocol):
+    """Reads a channel's messages over REST, a page at a time."""
+
+    async def page_after(self, channel_id: int, after: int) -> list[hikari.Message]:
+        """Up to a page of the channel's messages after the id `after`, oldest first
+        (asyncio)."""
+        ...
+
+
+class HistoryHost(Protocol):
+    """What history needs of the bot that runs it."""
+
+    store: EventStore
+    supervisor: Supervisor
+    eva_id: int
+    eva_name: str
+    on_stored: Stored | None
+
+    def claim(self, stream: StreamId, post: Post) -> bool:
+        """Take the right to answer a message: False if it was stored before or is claimed
+        already."""
+        ...
+
+    def unclaim(self, post: Post) -> None:
+        """Drop the claim on a message once it is stored (or its storing failed)."""
+        ...
+
+    def answer_soon(self, stream: StreamId, question: Post) -> None:
+        """Answer a stored question in the background."""
+        ...
+
+
+class RestPages:
+    """`MessagePages` through hikari's REST client."""
+
+    def __init__(self, rest: hikari.api.RESTClient) -> None:
+        self.rest = rest
+
+    async def page_after(self, channel_id: int, after: int) -> list[hikari.Message]:
+        found = self.rest.fetch_messages(channel_id, after=hikari.Snowflake(after))
+        page = [message async for message in found.limit(BACKFILL_PAGE)]
+        return sorted(page, key=lambda message: int(message.id))
+
+
 class History:
     """Fetches and stores the messages a channel got while Eva was not listening."""
 
-    def __init__(self, eva: EvaBot) -> None:
+    def __init__(self, eva: HistoryHost, pages: MessagePages) -> None:
         self.eva = eva
+        self.pages = pages
 
     async def fetch_missed(self, stream: StreamId, forced: bool) -> int:
         """Store the channel's messages after its last stored one; how many were new.
@@ -57,7 +108,7 @@ class History:
         forgotten = Forgotten(meta.forgotten if meta is not None else {})
         skipped = 0
         while fetched < BACKFILL_MOST:
-            page = await aio(partial(self._page_after, stream.channel_id, cursor))
+            page = await aio(partial(self.pages.page_after, stream.channel_id, cursor))
             for message in page:
                 if message.type not in CHAT_TYPES:
                     continue
@@ -112,9 +163,3 @@ class History:
             recent = now_ms - question.at_ms <= BACKFILL_REPLY_WINDOW_MS
             if recent and question.message_id not in replied:
                 self.eva.answer_soon(stream, question)
-
-    async def _page_after(self, channel_id: int, after: int) -> list[hikari.Message]:
-        """Up to a page of messages after `after`, oldest first (asyncio)."""
-        found = self.eva.bot.rest.fetch_messages(channel_id, after=hikari.Snowflake(after))
-        page = [message async for message in found.limit(BACKFILL_PAGE)]
-        return sorted(page, key=lambda message: int(message.id))

@@ -21,8 +21,9 @@ import trio
 
 from eva.core.settings import LiveSettings, MemorySettings, ModelSettings
 from eva.core.summarize import OfflineSummarizer, Summarizer
-from eva.discord.bot import EvaBot, Stored, bot_id_of
+from eva.discord.bot import EvaBot, bot_id_of
 from eva.discord.bridge import aio, open_asyncio_loop
+from eva.discord.history import Stored
 from eva.discord.reply_sender import open_reply_sender
 from eva.live.collector import freeze_start_up, serving_collector
 from eva.live.supervisor import open_supervisor

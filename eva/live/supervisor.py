@@ -26,9 +26,12 @@ from eva.core.keys import StreamId
 from eva.core.settings import LiveSettings, MemorySettings
 from eva.core.summarize import Summarizer
 from eva.core.timing import compression_due
-from eva.live.actor import READ_INPUTS, ChannelActor, Request, Shared
+from eva.live.actor import ChannelActor
+from eva.live.channel_state import Shared
 from eva.live.inputs import ChannelInput, ForgetHere
 from eva.live.models import LimitedSummarizer
+from eva.live.reads import READ_INPUTS
+from eva.live.request import Request
 from eva.live.writer import open_writer
 from eva.memory.forget import (
     ErasureFailed,
