@@ -33,6 +33,7 @@ COMMANDS: dict[str, str] = {
     "verify-erased": "eva.cli.cmd_forget",
     "serve-local": "eva.cli.cmd_serve",
     "status": "eva.cli.cmd_status",
+    "reshard": "eva.cli.cmd_reshard",
     "cost": "eva.cli.cmd_cost",
     "plan": "eva.cli.cmd_plan",
     "calibrate": "eva.cli.cmd_calibrate",

@@ -110,7 +110,7 @@ class Copied:
 
 
 def copy_streams(
-    source: Backend, target: Backend, streams: Sequence[StreamId], rows_most: int = COPY_ROWS
+    source: Backend, target: Backend, streams: Sequence[StreamId], rows_most: int | None = None
 ) -> list[Copied]:
     """Copy the streams' entries from `source` to `target`, whole small streams together
     and a long one in several transactions, its record in the last.
@@ -119,6 +119,7 @@ def copy_streams(
     copied, another one a `conflict`. A stream without a record in the target but
     with entries there (a copy cut short) is cleared first.
     """
+    rows_most = rows_most or COPY_ROWS
     results: list[Copied] = []
     pending: Rows = []
     for stream in streams:

@@ -320,9 +320,14 @@ def clear(place: Place, places: Sequence[Place]) -> Cleared:
     scan = prove_erased(place.store, place.path, texts)
     cleared.texts_checked, cleared.leftover_hits = scan.texts, scan.hits
     if scan.hits == 0:
-        (place.path / JOURNAL).unlink(missing_ok=True)
-        _fsync_dir(place.path)
+        drop_journal(place.path)
     return cleared
+
+
+def drop_journal(directory: Path) -> None:
+    """Remove the directory's journal, durably: its guilds are compacted away."""
+    (directory / JOURNAL).unlink(missing_ok=True)
+    _fsync_dir(directory)
 
 
 def guild_texts(place: Place, guilds: set[int]) -> list[str]:
