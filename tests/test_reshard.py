@@ -65,6 +65,8 @@ def test_hundreds_of_guilds_go_from_two_shards_to_three_and_back_unchanged(
     assert placement(three) == {g: {fleet.owner(g, three)} for g in fleet.guilds}
     assert markers_out_of_place(fleet, three) == {}
     assert not any((d / JOURNAL).exists() for d in three)
+    assert eva("status", *map(str, three), "--shard-count", "3", dirs=three) == 0
+    assert "every guild sits in the shard that owns it for 3" in capsys.readouterr().out
 
     started = time.perf_counter()
     back = ["reshard", "--shard-count", "2", *map(str, two), "--from", str(three[2])]
