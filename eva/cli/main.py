@@ -34,6 +34,8 @@ COMMANDS: dict[str, str] = {
     "serve-local": "eva.cli.cmd_serve",
     "status": "eva.cli.cmd_status",
     "reshard": "eva.cli.cmd_reshard",
+    "backup": "eva.cli.cmd_backup",
+    "restore": "eva.cli.cmd_backup",
     "cost": "eva.cli.cmd_cost",
     "plan": "eva.cli.cmd_plan",
     "calibrate": "eva.cli.cmd_calibrate",
