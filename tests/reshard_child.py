@@ -1,15 +1,17 @@
 # The program the reshard kill test kills: `eva reshard` that dies at one step, or whenever.
 #
 # Run as `python tests/reshard_child.py STEP NTH ARGS...`: ARGS are `eva reshard`'s. With
-# STEP "time" it prints "ack" once the command is about to start and runs it whole, for
-# the parent to kill at a random moment; otherwise it kills itself with SIGKILL at the
-# NTH time (from 1) it reaches STEP, and exits NOT_REACHED if it never does. Batches and
-# copy transactions are made small, so a small fleet takes many of each.
+# STEP "time" it prints "ack" once the command is about to start and runs it whole, each
+# transaction a little slower, for the parent to kill at a random moment; otherwise it
+# kills itself with SIGKILL at the NTH time (from 1) it reaches STEP, and exits NOT_REACHED
+# if it never does. Batches and copy transactions are made small, so a small fleet takes
+# many of each.
 from __future__ import annotations
 
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -17,6 +19,7 @@ from eva.cli.main import main as eva_main
 from eva.store import lmdb_kv, moving, reshard
 
 NOT_REACHED = 3
+SLOWER_S = 0.01
 STEPS = ("copy", "journal", "remove", "compact_copy", "compact_swap", "journal_dropped")
 
 
@@ -37,7 +40,10 @@ def die_at(nth: int, work: Callable[..., Any]) -> Callable[..., Any]:
 def main(step: str, nth: int, argv: list[str]) -> int:
     moving.COPY_ROWS = 40
     reshard.BATCH_EVENTS = 60
-    if step == "time":
+    if step == "time":  # each transaction made a little slower, for kills to land inside
+        moving._put = slowed(moving._put)  # type: ignore[assignment]
+        reshard.remove_streams = slowed(reshard.remove_streams)  # type: ignore[assignment]
+        lmdb_kv._copy_table = slowed(lmdb_kv._copy_table)  # type: ignore[assignment]
         print("ack", flush=True)
     elif step == "copy":  # between two transactions of a copy
         moving._put = die_at(nth, moving._put)  # type: ignore[assignment]
@@ -53,6 +59,16 @@ def main(step: str, nth: int, argv: list[str]) -> int:
         reshard.drop_journal = die_after(nth, reshard.drop_journal)  # type: ignore[assignment]
     status = eva_main(["reshard", *argv])
     return status if step == "time" else NOT_REACHED
+
+
+def slowed(work: Callable[..., Any]) -> Callable[..., Any]:
+    """`work`, a few milliseconds later."""
+
+    def later(*args: Any, **kwargs: Any) -> Any:
+        time.sleep(SLOWER_S)
+        return work(*args, **kwargs)
+
+    return later
 
 
 def die_after(nth: int, work: Callable[..., Any]) -> Callable[..., Any]:
