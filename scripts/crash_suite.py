@@ -47,7 +47,7 @@ from eva.core.address import Address
 from eva.core.events import MessagePosted
 from eva.core.keys import StreamId
 from eva.demo.friends import friends_export
-from eva.memory.forget import prove_erased
+from eva.store.erasure import prove_erased
 from eva.store.event_store import EventStore
 from eva.store.lmdb_kv import open_backend
 from eva.store.replay import replay_stream

@@ -12,9 +12,9 @@ from eva.core.keys import StreamId
 from eva.core.settings import KIB, MemorySettings
 from eva.core.summarize import OfflineSummarizer
 from eva.memory.build import Memory
-from eva.memory.forget import ForgetReport, forget, prove_erased
+from eva.memory.forget import ForgetReport, forget
 from eva.memory.view import memory_text, recall
-from eva.store.erasure import scan_files
+from eva.store.erasure import prove_erased, scan_files
 from eva.store.event_store import Appended, EventStore
 from eva.store.lmdb_kv import open_backend
 from eva.store.replay import replay_stream

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from eva.cli.cmd_cost import load_model_settings, unsplit_ttl
@@ -63,8 +64,25 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "bytes, row lines, leaf frontier, pending compression tasks and last publish; "
             "then, for every guild, what its recorded model calls cost this month at list "
             "prices against its plan. Read-only; safe while a server runs on the same "
-            "directory."
+            "directory. Given several data directories (DIR...: shard 0, 1, ... in order) or "
+            "one folder holding them, it shows per shard its guilds, channels, messages, "
+            "disk and pending work, and names every guild held in more than one; with "
+            "--shard-count M, every guild not in the shard that owns it for M shards "
+            "((guild_id >> 22) % M), and exits 1 if there is any."
         ),
+    )
+    parser.add_argument(
+        "dirs",
+        nargs="*",
+        type=Path,
+        metavar="DIR",
+        help="the data directories of several shards, in shard order, or one folder of them",
+    )
+    parser.add_argument(
+        "--shard-count",
+        type=int,
+        metavar="M",
+        help="check that every guild sits in the shard that owns it for M shards",
     )
     parser.add_argument("--month", default=None, metavar="YYYY-MM",
                         help="the month whose spend to show per guild (default: this one, UTC)")
@@ -303,6 +321,8 @@ def status_table(channels: list[ChannelStatus]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.dirs or args.shard_count is not None:
+        return run_fleet(args)
     settings = load_settings(args.settings)
     models = load_model_settings(args.settings)
     month = args.month or datetime.now(UTC).strftime("%Y-%m")
@@ -328,6 +348,24 @@ def run(args: argparse.Namespace) -> int:
         if spends:
             print(spend_table(spends))
     return 0
+
+
+def run_fleet(args: argparse.Namespace) -> int:
+    """`eva status DIR... [--shard-count M]`: per shard, and where each guild sits."""
+    from eva.cli import status_fleet
+
+    settings = load_settings(args.settings)
+    dirs = status_fleet.shard_dirs(args.dirs or [args.data])
+    status_fleet.check_count(dirs, args.shard_count)
+    shards, holders = status_fleet.fleet_status(dirs, settings)
+    wrong = status_fleet.out_of_place(holders, args.shard_count)
+    if args.json:
+        print_json(status_fleet.fleet_json(shards, wrong, args.shard_count))
+    else:
+        print(status_fleet.fleet_table(shards))
+        for line in status_fleet.placement_lines(shards, wrong, args.shard_count):
+            print(line)
+    return 1 if wrong else 0
 
 
 def iso_time(ms: int | None) -> str | None:

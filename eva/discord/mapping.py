@@ -15,6 +15,7 @@ from datetime import datetime
 
 from eva.core.keys import StreamId
 from eva.core.recall import RecallLine
+from eva.core.shards import shard_of
 from eva.live.inputs import Delete, Edit, Post
 
 DISCORD_LIMIT = 2000
@@ -32,7 +33,7 @@ def stream_of(guild_id: int, channel_id: int) -> StreamId:
 
 def shard_for(guild_id: int, shard_count: int) -> int:
     """The shard Discord puts a guild on."""
-    return (int(guild_id) >> 22) % shard_count
+    return shard_of(guild_id, shard_count)
 
 
 def at_ms(moment: datetime) -> int:

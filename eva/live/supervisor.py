@@ -41,9 +41,8 @@ from eva.memory.forget import (
     finish_forget,
     holding_words,
     pending_forgets,
-    prove_erased,
 )
-from eva.store.erasure import ScanReport, purge_stream
+from eva.store.erasure import ScanReport, prove_erased, purge_stream
 from eva.store.event_store import EventStore
 from eva.store.lmdb_kv import LmdbBackend
 

@@ -24,18 +24,17 @@ from eva.core.events import (
     LineWritten,
     MessagesErased,
 )
-from eva.core.forget import join_corpus, joined_from, person_messages, proof_texts, stored_texts
+from eva.core.forget import person_messages, stored_texts
 from eva.core.keys import StreamId
-from eva.core.projection import Rejected, indexed_text, read_meta
+from eva.core.projection import Rejected, read_meta
 from eva.core.settings import MemorySettings
 from eva.core.summarize import OfflineSummarizer, Summarizer
-from eva.core.terms import terms
 from eva.memory.compress import Append
 from eva.memory.publish import LineSizes, publish
 from eva.memory.remake import remake
 from eva.memory.view import channel_zone
-from eva.store.erasure import ScanReport, purge_stream, scan_files
-from eva.store.event_store import Batch, EventStore, read_messages
+from eva.store.erasure import prove_erased, purge_stream
+from eva.store.event_store import Batch, EventStore
 from eva.store.lmdb_kv import LmdbBackend
 
 log = logging.getLogger(__name__)
@@ -149,33 +148,6 @@ def _done_before(
             case LineWritten():
                 lines += 1
     return messages, lines
-
-
-def surviving_texts(store: EventStore) -> list[str]:
-    """The texts of every message still stored, of everyone, in every channel, and their
-    search terms as the recall index keeps them (words folded in case and accents)."""
-    texts: list[str] = []
-    for meta in store.streams():
-        stream = StreamId(meta.guild_id, meta.channel_id)
-        with store.backend.reading() as tables:
-            for _, message in read_messages(tables, stream, 0, meta.messages):
-                texts.append(message.content)
-                texts.extend(message.attachments)
-                texts.append(" ".join(terms(indexed_text(message.content, message.attachments))))
-    return texts
-
-
-def prove_erased(store: EventStore, data_dir: Path, forgotten: list[str]) -> ScanReport:
-    """Scan every file of `data_dir` for the forgotten texts that prove anything
-    (`proof_texts`); a text found that reads across the joins of surviving texts
-    (`joined_from`) does not count as found."""
-    surviving = surviving_texts(store)
-    texts = proof_texts(forgotten, surviving)
-    scan = scan_files(data_dir, texts)
-    if not scan.hits:
-        return scan
-    corpus = join_corpus(surviving)
-    return scan.without({at for at, _ in scan.found if joined_from(texts[at], corpus)})
 
 
 @asynccontextmanager

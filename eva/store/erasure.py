@@ -18,11 +18,12 @@ import ahocorasick
 from eva.core import keys
 from eva.core.chain import seal_from
 from eva.core.events import AnyEvent, LogRewritten, encode_event
-from eva.core.forget import purge_plan
+from eva.core.forget import join_corpus, joined_from, proof_texts, purge_plan
 from eva.core.keys import StreamId
-from eva.core.projection import Projector
+from eva.core.projection import Projector, indexed_text
 from eva.core.tables import Tables
-from eva.store.event_store import Batch, EventStore, write_batch
+from eva.core.terms import terms
+from eva.store.event_store import Batch, EventStore, read_messages, write_batch
 
 
 def purge_stream(store: EventStore, stream: StreamId, now_ms: int | None = None) -> int:
@@ -105,3 +106,30 @@ def scan_files(directory: Path, texts: list[str]) -> ScanReport:
                 found[number] += 1
     places = tuple(sorted((first_at[patterns[number]], times) for number, times in found.items()))
     return ScanReport(len(patterns), files, total, hits, len(found), places)
+
+
+def surviving_texts(store: EventStore) -> list[str]:
+    """The texts of every message still stored, of everyone, in every channel, and their
+    search terms as the recall index keeps them (words folded in case and accents)."""
+    texts: list[str] = []
+    for meta in store.streams():
+        stream = StreamId(meta.guild_id, meta.channel_id)
+        with store.backend.reading() as tables:
+            for _, message in read_messages(tables, stream, 0, meta.messages):
+                texts.append(message.content)
+                texts.extend(message.attachments)
+                texts.append(" ".join(terms(indexed_text(message.content, message.attachments))))
+    return texts
+
+
+def prove_erased(store: EventStore, data_dir: Path, forgotten: list[str]) -> ScanReport:
+    """Scan every file of `data_dir` for the forgotten texts that prove anything
+    (`proof_texts`); a text found that reads across the joins of surviving texts
+    (`joined_from`) does not count as found."""
+    surviving = surviving_texts(store)
+    texts = proof_texts(forgotten, surviving)
+    scan = scan_files(data_dir, texts)
+    if not scan.hits:
+        return scan
+    corpus = join_corpus(surviving)
+    return scan.without({at for at, _ in scan.found if joined_from(texts[at], corpus)})

@@ -311,19 +311,38 @@ class LmdbBackend:
             target = self.path / COMPACT_DIR
             shutil.rmtree(target, ignore_errors=True)
             target.mkdir()
-            map_size = self.map_bytes()
-            _copy_live(self.env, self.dbs, target, map_size)
-            _fsync_file(target / DATA_FILE)
-            self.gate.close()  # no read may use the environment while it is swapped
-            try:
-                self.env.close()
-                os.replace(target / DATA_FILE, self.path / DATA_FILE)
-                _fsync_dir(self.path)
-                shutil.rmtree(target, ignore_errors=True)
-                self._open(map_size)
-            finally:
-                self.gate.open()
+            _copy_live(self.env, self.dbs, target, self.map_bytes())
+            self._replace_data(target / DATA_FILE)
             return before, _file_bytes(self.path)
+
+    def copy_to(self, target: Path) -> int:
+        """Write a compacting copy of the environment as one snapshot into the new directory
+        `target` (its data file synced), while writers go on; return its size. Like
+        `compact`'s copy, it holds live entries only: no freed page of erased words."""
+        target.mkdir(parents=True)
+        _copy_live(self.env, self.dbs, target, self.map_bytes())
+        _fsync_file(target / DATA_FILE)
+        return _file_bytes(target)
+
+    def replace_data(self, data_file: Path) -> None:
+        """Put another environment's data file (in a folder of this directory, such as
+        COMPACT_DIR) in place of this one's, atomically; the caller holds the writer lock
+        and no read of this process is open."""
+        with self._write_lock:
+            self._replace_data(data_file)
+
+    def _replace_data(self, data_file: Path) -> None:
+        map_size = max(self.map_bytes(), os.stat(data_file).st_size)
+        _fsync_file(data_file)
+        self.gate.close()  # no read may use the environment while it is swapped
+        try:
+            self.env.close()
+            os.replace(data_file, self.path / DATA_FILE)
+            _fsync_dir(self.path)
+            shutil.rmtree(data_file.parent, ignore_errors=True)
+            self._open(map_size)
+        finally:
+            self.gate.open()
 
     def map_bytes(self) -> int:
         size: int = self.env.info()["map_size"]

@@ -1,0 +1,204 @@
+# `eva backup` and `eva restore`: a hot, compacted copy of a data directory, and putting one
+# back without bringing back anyone forgotten since.
+#
+# The shell of eva.store.backup. A restore checks the backup against its manifest, puts
+# it in place of the directory's data file in one step, with a tombstone already in it
+# for every person a newer record (the directory restored over, and any --forgets-from)
+# says was forgotten after the backup was taken, then finishes those forgets for real
+# (erased, compacted, proved) and checks every channel again. Killed before the swap,
+# the directory is as it was; after it, the forgets are pending and the next command
+# that writes finishes them, as after any forget cut short.
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from eva.cli.common import (
+    UserError,
+    add_data_option,
+    add_json_option,
+    add_settings_option,
+    load_settings,
+    open_store,
+    print_json,
+)
+from eva.core.keys import StreamId
+from eva.store.backup import (
+    BackupRefused,
+    forget_records,
+    forgotten_since,
+    read_manifest,
+    replayed,
+    stage,
+    take_backup,
+)
+from eva.store.event_store import EventStore
+from eva.store.lmdb_kv import COMPACT_DIR, LmdbBackend
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    backup = subparsers.add_parser(
+        "backup",
+        help="a consistent, compacted copy of a data directory, safe while the bot runs",
+        description=(
+            "Copy the data directory (--data) into the new directory TARGET as one "
+            "consistent snapshot, while the bot goes on writing: every live entry is "
+            "copied into a fresh data file, so the copy holds no freed page and no byte of "
+            "anyone erased before it was taken. Each channel of the copy is then replayed, "
+            "and TARGET/backup.json records its event count, newest seal and digest, which "
+            "`eva restore` checks. The forget records travel inside the copy."
+        ),
+    )
+    backup.add_argument("target", type=Path, metavar="TARGET", help="a new directory")
+    add_data_option(backup)
+    add_json_option(backup)
+    backup.set_defaults(run=run_backup)
+
+    restore = subparsers.add_parser(
+        "restore",
+        help="put a backup in place of a data directory, forgetting again whoever was "
+        "forgotten since",
+        description=(
+            "Check BACKUP against its manifest (every channel replayed, digests equal), "
+            "then put it in place of the data directory (--data; one that holds data only "
+            "with --replace, and what it holds that the backup does not is lost). Whoever "
+            "the directory restored over, or any directory given with --forgets-from (the "
+            "live data, a newer backup), says asked to be forgotten after the backup was "
+            "taken is forgotten again, for real, before this ends; killed after the swap, "
+            "the next command that writes finishes it. Every channel is checked again "
+            "after. Stop the bot of the directory first."
+        ),
+    )
+    restore.add_argument("backup", type=Path, metavar="BACKUP", help="a directory eva backup made")
+    restore.add_argument(
+        "--replace",
+        action="store_true",
+        help="the data directory holds data: put the backup in its place",
+    )
+    restore.add_argument(
+        "--forgets-from",
+        nargs="+",
+        type=Path,
+        default=[],
+        metavar="DIR",
+        help="data directories or newer backups whose forget records must hold after it",
+    )
+    add_data_option(restore)
+    add_settings_option(restore)
+    add_json_option(restore)
+    restore.set_defaults(run=run_restore)
+
+
+def run_backup(args: argparse.Namespace) -> int:
+    store = open_store(args.data)
+    try:
+        made = take_backup(store, args.data, args.target)
+    except BackupRefused as refused:
+        raise UserError(str(refused)) from None
+    if args.json:
+        print_json(
+            {
+                "backup": str(made.path),
+                "channels": made.streams,
+                "bytes": made.bytes,
+                "seconds": round(made.seconds, 3),
+            }
+        )
+    else:
+        print(
+            f"backed up {args.data} to {made.path}: {made.streams} channel(s), "
+            f"{made.bytes:,} bytes, every channel replayed ({made.seconds:.2f} s)"
+        )
+    return 0
+
+
+def run_restore(args: argparse.Namespace) -> int:
+    from eva.cli.cmd_forget import finish_pending
+    from eva.memory.forget import ErasureFailed, append_tombstones
+
+    started = time.perf_counter()
+    settings = load_settings(args.settings)
+    try:
+        manifest = read_manifest(args.backup)
+    except BackupRefused as refused:
+        raise UserError(str(refused)) from None
+    as_taken, broken = replayed(open_store(args.backup))
+    if broken or as_taken != manifest:
+        why = broken[0] if broken else "its channels differ from its manifest"
+        raise UserError(f"the backup {args.backup} does not verify: {why}; nothing was changed")
+    there = (args.data / "data.mdb").exists()
+    if there and not args.replace:
+        raise UserError(
+            f"{args.data} holds data; give --replace to put the backup in its place (what it "
+            "holds that the backup does not is lost), or restore into a new directory"
+        )
+    newer = [forget_records(open_store(path)) for path in args.forgets_from]
+    store = open_store(args.data, must_exist=False, write=True)
+    if there:
+        newer.append(forget_records(store))
+    staging = args.data / COMPACT_DIR
+    stage(args.backup, staging)
+    staged = EventStore(LmdbBackend(staging))
+    try:
+        held = {StreamId(m.guild_id, m.channel_id) for m in staged.streams()}
+        people = forgotten_since(forget_records(staged), newer)
+        now_ms = int(time.time() * 1000)
+        for person, streams in people.items():
+            mine = [s for s in streams if s in held]
+            append_tombstones(staged, person, mine, "moderator", now_ms)
+    finally:
+        staged.backend.close()
+    backend = store.backend
+    if not isinstance(backend, LmdbBackend):
+        raise UserError(f"{args.data} is no LMDB data directory")
+    backend.replace_data(staging / "data.mdb")
+    try:
+        reports = finish_pending(store, args.data, settings)
+    except ErasureFailed as failure:
+        raise UserError(f"ERASURE FAILED: {failure}") from None
+    after, broken = replayed(store)
+    forgot = {s for streams in people.values() for s in streams}
+    differ = [s for s, d in manifest.items() if s not in forgot and after.get(s) != d]
+    ok = not broken and not differ and set(after) == set(manifest)
+    seconds = time.perf_counter() - started
+    if args.json:
+        print_json(
+            {
+                "ok": ok,
+                "data": str(args.data),
+                "backup": str(args.backup),
+                "channels": len(after),
+                "forgotten_again": len(people),
+                "channels_forgotten_in": len(forgot),
+                "messages_erased": sum(r.messages_erased for r in reports),
+                "differing": [str(s) for s in differ] + broken,
+                "seconds": round(seconds, 3),
+            }
+        )
+        return 0 if ok else 1
+    print(
+        f"restored {args.backup} to {args.data}: {len(after)} channel(s), "
+        + (
+            "every one replays to its backed-up digest"
+            if ok
+            else f"{len(differ) + len(broken)} DO NOT verify: "
+            + ", ".join([*map(str, differ), *broken][:5])
+        )
+        + f" ({seconds:.2f} s)"
+    )
+    if people:
+        print(
+            f"forgot again {len(people)} person(s) forgotten after the backup was taken, in "
+            f"{len(forgot)} channel(s): {sum(r.messages_erased for r in reports)} messages "
+            "erased, no text of theirs left in the files"
+        )
+    if not newer:
+        print(
+            "no newer forget records were read (a new directory, no --forgets-from): if "
+            "anyone was forgotten after this backup was taken, restore again with "
+            "--forgets-from naming the live data or a newer backup",
+            file=sys.stderr,
+        )
+    return 0 if ok else 1

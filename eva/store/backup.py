@@ -1,0 +1,138 @@
+# Backups of a data directory: a consistent compacted copy, its manifest, and their checks.
+#
+# Shell over LMDB and files. A backup is one read snapshot of the environment copied
+# entry by entry into a new data file (`LmdbBackend.copy_to`), so it may be taken while
+# the bot writes, and holds no freed page: no byte of a person erased before it was
+# taken. Beside it, `backup.json` names every stream with its event count, newest seal
+# and replay digest (ids and hashes, no text), which a restore checks the copy against.
+# What people asked to be forgotten is in each stream's record (StreamMeta.forgotten);
+# `forget_records` reads it, so that a restore can forget again whoever a newer
+# directory says was forgotten after the backup was taken.
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from eva.core.keys import StreamId, parse_stream
+from eva.store.event_store import EventStore
+from eva.store.lmdb_kv import LmdbBackend
+from eva.store.replay import replay_stream
+
+MANIFEST = "backup.json"
+PARTIAL = ".partial"
+
+Digests = dict[StreamId, tuple[int, str, str]]  # events, newest seal, replay digest
+
+
+class BackupRefused(Exception):
+    """A backup that cannot be taken or used; nothing was written."""
+
+
+@dataclass(frozen=True, slots=True)
+class Backup:
+    path: Path
+    streams: int
+    bytes: int
+    seconds: float
+
+
+def replayed(store: EventStore) -> tuple[Digests, list[str]]:
+    """Every stream's (events, newest seal, replay digest), and what did not replay."""
+    digests: Digests = {}
+    broken = []
+    for meta in store.streams():
+        stream = StreamId(meta.guild_id, meta.channel_id)
+        result = replay_stream(store, stream)
+        if not result.ok or result.log is None:
+            broken.append(f"{stream} does not replay ({', '.join(result.differing) or 'log'})")
+            continue
+        digests[stream] = (result.events, result.log.head, result.rebuilt_digest)
+    return digests, broken
+
+
+def take_backup(store: EventStore, source: Path, target: Path) -> Backup:
+    """Copy the store into the new directory `target` with its manifest, and check the
+    copy replays; built under `target.partial` and renamed into place when whole."""
+    backend = store.backend
+    if not isinstance(backend, LmdbBackend):
+        raise BackupRefused("only an LMDB data directory can be backed up")
+    if target.exists():
+        raise BackupRefused(f"{target} exists already; a backup goes to a new directory")
+    started = time.perf_counter()
+    partial = target.with_name(target.name + PARTIAL)
+    shutil.rmtree(partial, ignore_errors=True)
+    size = backend.copy_to(partial)
+    copy = EventStore(LmdbBackend(partial))
+    try:
+        digests, broken = replayed(copy)
+    finally:
+        copy.backend.close()
+    if broken:
+        raise BackupRefused(f"the copy does not replay: {broken[0]}; {target} was not made")
+    manifest = {
+        "source": str(source),
+        "taken_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "streams": {str(s): list(value) for s, value in sorted(digests.items())},
+    }
+    _write_durably(partial / MANIFEST, json.dumps(manifest, indent=1))
+    (partial / "lock.mdb").unlink(missing_ok=True)
+    os.replace(partial, target)
+    return Backup(target, len(digests), size, time.perf_counter() - started)
+
+
+def read_manifest(backup: Path) -> Digests:
+    """The streams a backup's manifest names; BackupRefused if it has none or it is bad."""
+    try:
+        value = json.loads((backup / MANIFEST).read_text(encoding="utf-8"))
+        return {
+            parse_stream(name): (int(events), str(head), str(digest))
+            for name, (events, head, digest) in value["streams"].items()
+        }
+    except FileNotFoundError:
+        raise BackupRefused(f"{backup} is no backup made by `eva backup` (no {MANIFEST})") from None
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        raise BackupRefused(f"{backup / MANIFEST} is damaged ({error})") from None
+
+
+def forget_records(store: EventStore) -> dict[StreamId, dict[str, int]]:
+    """Per stream, who was forgotten there (person hash -> when they last asked)."""
+    return {
+        StreamId(meta.guild_id, meta.channel_id): dict(meta.forgotten)
+        for meta in store.streams()
+        if meta.forgotten
+    }
+
+
+def forgotten_since(
+    restored: dict[StreamId, dict[str, int]], newer: list[dict[StreamId, dict[str, int]]]
+) -> dict[str, list[StreamId]]:
+    """Person hash -> the restored streams where a newer record says they asked to be
+    forgotten later than the restored copy knows (or at all)."""
+    found: dict[str, set[StreamId]] = {}
+    for records in newer:
+        for stream, people in records.items():
+            known = restored.get(stream, {})
+            for person, at_ms in people.items():
+                if at_ms > known.get(person, -1):
+                    found.setdefault(person, set()).add(stream)
+    return {person: sorted(streams) for person, streams in sorted(found.items())}
+
+
+def stage(backup: Path, staging: Path) -> None:
+    """Copy a backup's data file into `staging` (a new folder), synced."""
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    shutil.copyfile(backup / "data.mdb", staging / "data.mdb")
+    with open(staging / "data.mdb", "rb") as handle:
+        os.fsync(handle.fileno())
+
+
+def _write_durably(path: Path, text: str) -> None:
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
