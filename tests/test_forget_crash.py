@@ -157,7 +157,7 @@ def test_a_killed_forget_resumes_to_the_uninterrupted_end(
     child = run_child(data, step, prepared / "memory.toml")
     assert child.returncode != NOT_REACHED, f"the child never reached {step}"
     assert child.returncode == -signal.SIGKILL, child.stderr.decode()
-    # A copy was left half made or whole, not swapped in (opening the store removes it).
+    # A copy was left half made or whole, not swapped in (the next writer removes it).
     assert (data / COMPACT_DIR / "data.mdb").exists() == (step in ("copy", "before_swap"))
     forgetting = [meta.forgetting for meta in EventStore(open_backend(data)).streams()]
     open_backend(data).close()

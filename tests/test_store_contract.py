@@ -826,6 +826,22 @@ class TestLmdbStore(StoreContract):
         assert_replays(reopened)
         reopened.backend.close()
 
+    def test_only_the_writer_clears_a_compacting_copy_left_behind(self, tmp_path: Path) -> None:
+        # A reader opening the directory may do so while the writer builds a copy; the
+        # copy a crashed writer left is cleared by the next process that takes the lock.
+        path = tmp_path / "data"
+        lmdb_kv.open_backend(path).close()
+        left = path / lmdb_kv.COMPACT_DIR
+        left.mkdir()
+        (left / "data.mdb").write_bytes(b"half a copy")
+        reader = lmdb_kv.open_backend(path)
+        assert (left / "data.mdb").exists()
+        reader.close()
+        writer = lmdb_kv.open_backend(path)
+        writer.hold_writer_lock()
+        assert not left.exists()
+        writer.close()
+
     def test_append_many_is_one_commit(self, store: EventStore) -> None:
         backend = store.backend
         assert isinstance(backend, lmdb_kv.LmdbBackend)

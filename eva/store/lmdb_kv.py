@@ -191,7 +191,6 @@ class LmdbBackend:
         self.path = path
         if not readonly:
             path.mkdir(parents=True, exist_ok=True)
-            shutil.rmtree(path / COMPACT_DIR, ignore_errors=True)  # a copy a crash left
         self._writer_lock: int | None = None
         self._write_lock = threading.Lock()
         self.gate = _Gate()
@@ -244,6 +243,10 @@ class LmdbBackend:
         (eva.store.writer_lock); WriterBusy if another process holds it."""
         if self._writer_lock is None:
             self._writer_lock = take_writer_lock(self.path)
+            # A compacting copy a crashed writer left. Only the writer clears it: a
+            # process that opens the directory to read may do so while the writer
+            # is building one (`compact`).
+            shutil.rmtree(self.path / COMPACT_DIR, ignore_errors=True)
 
     def reading(self) -> _Reading:
         """A read transaction, as a `with` block. Never hold one while calling `write`
