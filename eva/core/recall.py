@@ -130,10 +130,18 @@ class _Window:
     def joined(self, other: _Window) -> _Window:
         return _Window({**self.messages, **other.messages}, self.hits | other.hits)
 
-    def shown(self, tz: tzinfo) -> tuple[RecallLine, ...]:
-        return tuple(
-            _shown(self.messages[index], index in self.hits, tz) for index in sorted(self.messages)
-        )
+    def shown(
+        self, tz: tzinfo, made: dict[tuple[int, bool], RecallLine]
+    ) -> tuple[RecallLine, ...]:
+        """The window's lines, each made once a recall (`made` keeps them by index and mark)."""
+        lines = []
+        for index in sorted(self.messages):
+            key = (index, index in self.hits)
+            line = made.get(key)
+            if line is None:
+                line = made[key] = _shown(self.messages[index], key[1], tz)
+            lines.append(line)
+        return tuple(lines)
 
 
 def _with_hit(windows: list[_Window], new: _Window) -> list[_Window]:
@@ -203,6 +211,7 @@ def recall_view(
     shown: list[tuple[RecallLine, ...]] = []  # each window's lines
     texts: list[str] = []  # and its text
     shown_hits = misfits = 0
+    made: dict[tuple[int, bool], RecallLine] = {}
     for index, score in result.hits:
         matched = score > 0  # a hit of score 0 is shown for its time, not its words
         hit = _visible(message_at, index)
@@ -225,7 +234,7 @@ def recall_view(
         grown_shown, grown_texts = [], []
         for window in grown:
             place = before.get(id(window))
-            lines = window.shown(tz) if place is None else shown[place]
+            lines = window.shown(tz, made) if place is None else shown[place]
             grown_shown.append(lines)
             grown_texts.append(_window_text(lines) if place is None else texts[place])
         counted = shown_hits + matched

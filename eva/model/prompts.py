@@ -37,9 +37,10 @@ Your tools
 - zoom(address): opens a line into the two lines it was made from. Zoom again into \
 the half you need, and keep going; an address with size 1 (`INDEX+1`) gives you the \
 whole original message. A long message comes in pages (page: 2, 3, ...).
-- recall(query): searches the original messages of this channel by their words and \
-shows each hit with the messages around it. Use it when you do not know where \
-something is; you can narrow it to one person or to a range of dates.
+- recall(query): searches the original messages of this channel and shows each hit \
+with the messages around it. Ask in plain words; name the person or the time (a month, \
+a date, "last week") when you know them. Use it when you do not know where something \
+is; you can also narrow it to one person or to a range of dates.
 - date(index): tells you when a message was posted.
 - Before you state a detail from a summary line (a number, a name, a date, a quote, \
 who said what), zoom until you reach the messages themselves and read them. If you \
