@@ -81,6 +81,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     given = list(sys.argv[1:] if argv is None else argv)
     command = next((word for word in given if not word.startswith("-")), None)
+    if command is None and given == ["--version"]:  # no need to load every command for it
+        print(f"eva {installed_version()}")
+        return 0
     parser = build_parser(command)
     args = parser.parse_args(given)
     if not getattr(args, "run", None):
