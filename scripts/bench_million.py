@@ -1,0 +1,123 @@
+"""A channel of about a million messages: import, build and replay, their time and peak memory.
+
+The channel is the shared sample (../shared/data/komodo-talk-general.dce.json.gz,
+read in place) written out `--repeat` times into one export, each copy with
+its message ids and times shifted past the one before, so it reads as one
+long channel with real message lengths. Each step runs as its own `eva`
+process, as an operator would run it; its peak memory is that process's
+maximum resident size. The last line printed is a JSON object.
+
+    python scripts/bench_million.py [--repeat 22] [--keep DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLE = ROOT.parent / "shared" / "data" / "komodo-talk-general.dce.json.gz"
+# Targets of the scaling issue: each step under 500 MB, the three under two minutes.
+PEAK_MB = 500
+TOTAL_S = 120
+
+
+def write_export(target: Path, repeat: int) -> int:
+    """The sample `repeat` times over as one export at `target`; returns its messages."""
+    with gzip.open(SAMPLE, "rb") as file:
+        export = json.loads(file.read())
+    messages: list[dict[str, Any]] = export.pop("messages")
+    first = _ms(messages[0]["timestamp"])
+    span = _ms(messages[-1]["timestamp"]) - first + 60_000
+    id_step = max(int(m["id"]) for m in messages) - min(int(m["id"]) for m in messages) + 1
+    count = 0
+    with target.open("w", encoding="utf-8") as out:
+        head = json.dumps({**export, "messageCount": len(messages) * repeat})
+        out.write(head[:-1] + ', "messages": [\n')
+        for copy in range(repeat):
+            for message in messages:
+                shifted = dict(message)
+                shifted["id"] = str(int(message["id"]) + copy * id_step)
+                shifted["timestamp"] = _stamp(_ms(message["timestamp"]) + copy * span)
+                shifted["timestampEdited"] = None
+                reference = message.get("reference")
+                if reference and reference.get("messageId"):
+                    moved = int(reference["messageId"]) + copy * id_step
+                    shifted["reference"] = {**reference, "messageId": str(moved)}
+                out.write(("" if count == 0 else ",\n") + json.dumps(shifted))
+                count += 1
+        out.write("\n]}\n")
+    return count
+
+
+def _ms(stamp: str) -> int:
+    from datetime import datetime
+
+    return int(datetime.fromisoformat(stamp).timestamp() * 1000)
+
+
+def _stamp(at_ms: int) -> str:
+    from datetime import UTC, datetime
+
+    moment = datetime.fromtimestamp(at_ms / 1000, UTC)
+    return moment.isoformat(timespec="milliseconds")
+
+
+def run_step(name: str, argv: list[str]) -> dict[str, float]:
+    """Run one `eva` command; its wall time and its peak resident memory."""
+    started = time.perf_counter()
+    child = subprocess.Popen(
+        [sys.executable, "-m", "eva", *argv], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    _, status, usage = os.wait4(child.pid, 0)
+    seconds = time.perf_counter() - started
+    if status != 0:
+        stderr = child.stderr.read().decode() if child.stderr else ""
+        raise SystemExit(f"eva {name} failed: {stderr.strip()[-2000:]}")
+    peak_mb = usage.ru_maxrss / 1024  # kilobytes on Linux
+    print(f"{name:<7} {seconds:7.1f} s  peak {peak_mb:7.0f} MB", flush=True)
+    return {"seconds": round(seconds, 2), "peak_mb": round(peak_mb)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeat", type=int, default=22, help="copies of the sample (22: ~1M)")
+    parser.add_argument("--keep", type=Path, help="work in DIR and leave it there")
+    args = parser.parse_args()
+    if not SAMPLE.exists():
+        print(f"the shared sample is absent ({SAMPLE}); nothing to measure")
+        return 0
+    with tempfile.TemporaryDirectory() as scratch:
+        work = args.keep or Path(scratch)
+        work.mkdir(parents=True, exist_ok=True)
+        export, data = work / "million.json", work / "data"
+        started = time.perf_counter()
+        messages = write_export(export, args.repeat)
+        print(f"export of {messages:,} messages written in {time.perf_counter() - started:.0f} s")
+        steps = {
+            "import": run_step("import", ["import", str(export), "--data", str(data), "--quiet"]),
+            "build": run_step("build", ["build", "--data", str(data)]),
+            "replay": run_step("replay", ["replay", "--data", str(data)]),
+        }
+        total = sum(step["seconds"] for step in steps.values())
+        peak = max(step["peak_mb"] for step in steps.values())
+        disk_mb = sum(f.stat().st_size for f in data.iterdir() if f.is_file()) / 1e6
+        print(
+            f"total {total:.0f} s (target {TOTAL_S}), highest peak {peak:.0f} MB "
+            f"(target {PEAK_MB}), data directory {disk_mb:.0f} MB"
+        )
+        figures = {"messages": messages, **steps, "total_s": round(total, 1)}
+        print(json.dumps(figures | {"disk_mb": round(disk_mb)}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
