@@ -151,3 +151,22 @@ def test_eva_run_refuses_an_ordinal_past_the_shard_count_before_opening_anything
     assert not data.exists()
     with pytest.raises(SystemExit):  # one way of choosing the shards at a time
         build_parser("run").parse_args(["run", "--shard-ids", "0", "--shard-group", "0"])
+
+
+async def test_a_health_port_already_taken_fails_the_start_in_one_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from eva.discord.process import EXIT_FAILED, run_bot
+
+    fake = FakeDiscord()
+    with fake.serve(), trio.socket.socket() as taken:
+        await taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with trio.fail_after(15):
+            status = await run_bot(fake.token, tmp_path / "data", rest_url=fake.rest_url,
+                                   handle_signals=False, health_port=port,
+                                   health_host="127.0.0.1")
+    assert status == EXIT_FAILED
+    assert f"could not answer health checks on port {port}" in caplog.text
+    assert not fake.connected_shards()  # refused before the gateway was asked
