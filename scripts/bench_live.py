@@ -612,6 +612,123 @@ async def sleeping_phase(data: Path, posts: Sequence[Post], channels: int) -> di
     }
 
 
+CROWD_ACTIVE = 200
+"""Channels kept talking while sleeping ones are woken, in the crowd phase."""
+CROWD_ACTIVE_RATE = 1_000.0
+"""Messages a second the active channels get between them (5 a second each)."""
+CROWD_ACTIVE_MESSAGES = 20_000
+"""Messages the active channels get in all: the crowd's wakes are timed while they last."""
+CROWD_WAKES = 2_000
+"""Most sleeping channels woken (each once, by a prompt) while the active ones talk."""
+
+
+async def crowd_phase(data: Path, posts: Sequence[Post], sleeping: int) -> dict[str, Any]:
+    """Many channels in one process, most asleep: what each sleeping one costs, and how long
+    a prompt takes that wakes one while CROWD_ACTIVE others talk.
+
+    `sleeping` light channels get the sample spread over them (four or five messages
+    each) and go to sleep; the RSS they added, over their number, is what a sleeping
+    channel costs (as in `sleeping_phase`). Then CROWD_ACTIVE heavy channels get the whole
+    sample (about 230 messages each), compress and publish on a second's quiet and
+    sleep too. Then CROWD_ACTIVE fresh channels are fed at CROWD_ACTIVE_RATE, open loop,
+    and meanwhile GetPrompt wakes sleeping channels one after another, light and heavy in
+    turn, each woken once: input to prompt, the actor's start and its reads from LMDB
+    included. The process's RSS while all of that runs is reported too.
+    """
+    store = EventStore(open_backend(data))
+    settings = MemorySettings(quiet_ms=QUIET_MS)  # a heavy channel's row publishes, then sleeps
+    live = LiveSettings(idle_seconds=IDLE_SECONDS, write_process=WRITE_PROCESS)
+    rng = random.Random(11)
+    async with open_supervisor(store, OfflineSummarizer(), settings, live) as supervisor:
+        await ingest(supervisor, spread(posts[:2000], 20, first_channel=20_000_000))
+        await wait_asleep(supervisor)
+        gc.collect()
+        before = memory_kb()
+        light = spread(posts, sleeping, first_channel=1)
+        await ingest(supervisor, light)
+        await wait_asleep(supervisor)
+        gc.collect()
+        after = memory_kb()
+        note(f"{sleeping} light channels asleep; feeding {CROWD_ACTIVE} heavy ones")
+        heavy = spread(posts, CROWD_ACTIVE, first_channel=30_000_000)
+        await ingest(supervisor, heavy)
+        with trio.fail_after(INGEST_LIMIT_S):
+            await settle(store, settings, supervisor)
+        await wait_asleep(supervisor, INGEST_LIMIT_S)
+        to_wake = {"light": rng.sample(list(light), min(len(light), CROWD_WAKES // 2)),
+                   "heavy": list(heavy)}
+        for streams in to_wake.values():
+            rng.shuffle(streams)
+        woken: dict[str, list[float]] = {"light": [], "heavy": []}
+        awake_most = 0
+        feeding = trio.Event()
+        fed: list[float] = []
+
+        async def feed_active() -> None:
+            active_posts = [posts[i % len(posts)] for i in range(CROWD_ACTIVE_MESSAGES)]
+            _, latencies = await ingest_paced(
+                supervisor, active_posts, CROWD_ACTIVE, CROWD_ACTIVE_RATE, 40_000_000
+            )
+            fed.extend(latencies)
+            feeding.set()
+
+        gaps: list[float] = []
+
+        async def ticker() -> None:  # the loop's turns meanwhile, as `longest_turn_while`
+            last = time.perf_counter()
+            while not feeding.is_set():
+                await trio.sleep(0.001)
+                now = time.perf_counter()
+                gaps.append(now - last)
+                last = now
+
+        note(f"waking sleeping channels while {CROWD_ACTIVE} others talk")
+        cpu_before = time.process_time()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(feed_active)
+            nursery.start_soon(ticker)
+            await trio.sleep(1.0)  # the active channels awake and talking first
+            rss_active = memory_kb()["VmRSS"]
+            turn = 0
+            with trio.fail_after(STEP_LIMIT_S):
+                while not feeding.is_set() and any(to_wake.values()):
+                    kind = ("light", "heavy")[turn % 2] if all(to_wake.values()) else (
+                        "light" if to_wake["light"] else "heavy")
+                    turn += 1
+                    stream = to_wake[kind].pop()
+                    started = time.perf_counter()
+                    await supervisor.ask(stream, GetPrompt())
+                    woken[kind].append(time.perf_counter() - started)
+                    awake_most = max(awake_most, supervisor.statistics().awake)
+                    await trio.sleep(0.005)  # a question now and then, not a flood
+        cpu_s_used = time.process_time() - cpu_before
+    per = {k: (after[k] - before[k]) / sleeping for k in after}
+    every = woken["light"] + woken["heavy"]
+    return {
+        "sleeping_channels": sleeping,
+        "rss_per_sleeping_channel_kb": round(per["VmRSS"], 2),
+        "anon_per_sleeping_channel_kb": round(per["RssAnon"], 2),
+        "file_per_sleeping_channel_kb": round(per["RssFile"], 2),
+        "active_channels": CROWD_ACTIVE,
+        "active_msgs_per_s": round(CROWD_ACTIVE_RATE),
+        "active_store_p99_ms": p99_ms(fed),
+        "rss_with_active_mb": round(rss_active / 1024, 1),
+        "awake_most": awake_most,
+        "wakes": len(every),
+        "wake_prompt_p50_ms": p50_ms(every),
+        "wake_prompt_p99_ms": p99_ms(every),
+        "wake_prompt_max_ms": round(max(every, default=0.0) * 1000, 3),
+        "wake_prompt_p99_ms_light": p99_ms(woken["light"]),
+        "wake_prompt_p99_ms_heavy": p99_ms(woken["heavy"]),
+        # The loop's turns while the wakes ran (a task asking to run every millisecond):
+        # a wake that waits behind a long turn, or a host that stalls the process, shows
+        # here as well as in the wakes' tail.
+        "loop_gap_p99_ms": p99_ms(gaps),
+        "loop_gap_max_ms": round(max(gaps, default=0.0) * 1000, 1),
+        "loop_cpu_share": round(cpu_s_used / max(1e-9, sum(gaps)), 2),
+    }
+
+
 def positive(kind: Callable[[str], float]) -> Callable[[str], float]:
     """An argument parser's type: `kind` of the text, refused unless above zero."""
 
@@ -660,6 +777,11 @@ def main() -> int:
         "--window", type=int, default=WINDOW,
         help="messages a channel's lane holds before the feed waits (default %(default)s)",
     )
+    parser.add_argument(
+        "--crowd-only", action="store_true",
+        help="only the crowd: --sleeping-channels asleep, 200 talking, sleeping ones woken "
+        "by prompts meanwhile (memory per sleeping channel, wake-up p99)",
+    )
     args = parser.parse_args()
     global WRITE_PROCESS
     WRITE_PROCESS = args.writer == "process"
@@ -669,6 +791,12 @@ def main() -> int:
     export = parse_export(read_export(args.export))
     posts = [post_of(e) for e in export_events(export, None, lambda _: None)
              if isinstance(e, MessagePosted)]
+    if args.crowd_only:
+        with serving_collector(), tempfile.TemporaryDirectory(prefix="eva-bench-live-") as tmp:
+            freeze_start_up()
+            crowd = trio.run(crowd_phase, Path(tmp) / "crowd", posts, args.sleeping_channels)
+        print(json.dumps({"crowd": crowd, "writer": args.writer}))
+        return 0
     default = MemorySettings(quiet_ms=QUIET_MS)
     small = MemorySettings(
         quiet_ms=QUIET_MS,

@@ -4,13 +4,17 @@
 # optional) and the numbers from the TOML settings file ([memory], [models], [live]), then
 # hands them to eva.discord.process.run_bot under trio. It knows nothing of Discord itself.
 # Invariants: a missing token is reported with exactly what to set, exit status 2, before
-# anything is opened; each process writes only its own data directory (`--data`).
+# anything is opened; each process writes only its own data directory (`--data`); a process
+# of a fleet (`--shard-group`, or its ordinal from the hostname as a StatefulSet's pod) runs
+# the shards eva.core.shard_groups gives it, or is refused before anything is opened.
 from __future__ import annotations
 
 import argparse
 import logging
 import os
+import socket
 import sys
+from collections.abc import Callable
 
 import trio
 
@@ -23,6 +27,7 @@ from eva.cli.common import (
     load_settings,
     open_store,
 )
+from eva.core.shard_groups import ShardGroupError, ordinal_of, shard_group
 
 EXIT_NO_TOKEN = 2
 TOKEN_HELP = (
@@ -48,14 +53,42 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     add_data_option(run)
     add_settings_option(run)
-    run.add_argument(
+    which = run.add_mutually_exclusive_group()
+    which.add_argument(
         "--shard-ids",
         type=_shard_ids,
         default=None,
         help="the shards this process runs, e.g. 0,1 (default: all of --shard-count)",
     )
+    which.add_argument(
+        "--shard-group",
+        type=_count(0),
+        default=None,
+        metavar="ORDINAL",
+        help="run the shards of process ORDINAL of a fleet: ORDINAL*K .. ORDINAL*K+K-1, "
+        "K being --shards-per-group (needs --shard-count)",
+    )
+    which.add_argument(
+        "--shard-group-from-hostname",
+        action="store_true",
+        help="as --shard-group, with the ordinal at the end of this host's name, as a "
+        "Kubernetes StatefulSet names its pods (eva-0, eva-1, ...)",
+    )
+    run.add_argument(
+        "--shards-per-group",
+        type=_count(1),
+        default=1,
+        metavar="K",
+        help="shards each process of the fleet runs, with --shard-group (default 1)",
+    )
     run.add_argument(
         "--shard-count", type=int, default=None, help="shards in all (default: Discord's advice)"
+    )
+    run.add_argument(
+        "--health-port",
+        type=_port,
+        default=None,
+        help="answer /livez and /readyz over HTTP on this port, for an orchestrator's probes",
     )
     run.add_argument(
         "--log-level",
@@ -78,17 +111,54 @@ def _shard_ids(text: str) -> list[int]:
     return ids
 
 
+def _count(least: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        if value < least:
+            raise argparse.ArgumentTypeError(f"must be at least {least}, not {value}")
+        return value
+
+    return parse
+
+
+def _port(text: str) -> int:
+    value = _count(0)(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"not a TCP port: {value}")
+    return value
+
+
+def group_shards(args: argparse.Namespace, hostname: str) -> list[int] | None:
+    """The shard ids `eva run` was told to run, directly or as a fleet's process."""
+    grouped = args.shard_group is not None or args.shard_group_from_hostname
+    if not grouped:
+        if args.shards_per_group != 1:
+            raise UserError("--shards-per-group goes with --shard-group or "
+                            "--shard-group-from-hostname")
+        return args.shard_ids  # type: ignore[no-any-return]
+    if args.shard_count is None:
+        raise UserError("a shard group needs --shard-count")
+    try:
+        ordinal = args.shard_group if args.shard_group is not None else ordinal_of(hostname)
+        return shard_group(ordinal, args.shards_per_group, args.shard_count)
+    except ShardGroupError as error:
+        raise UserError(str(error)) from None
+
+
 def run_run(args: argparse.Namespace) -> int:
     token = os.environ.get("DISCORD_TOKEN", "").strip()
     if not token:
         print(f"eva run: {TOKEN_HELP}", file=sys.stderr)
         return EXIT_NO_TOKEN
-    shard_ids: list[int] | None = args.shard_ids
+    if args.shard_count is not None and args.shard_count < 1:
+        raise UserError("--shard-count must be at least 1")
+    shard_ids = group_shards(args, socket.gethostname())
     shard_count: int | None = args.shard_count
     if shard_ids is not None and shard_count is None:
         raise UserError("--shard-ids needs --shard-count")
-    if shard_count is not None and shard_count < 1:
-        raise UserError("--shard-count must be at least 1")
     if shard_ids is not None and shard_count is not None and max(shard_ids) >= shard_count:
         raise UserError(f"shard ids must be below --shard-count {shard_count}")
     memory = load_settings(args.settings)
@@ -103,6 +173,8 @@ def run_run(args: argparse.Namespace) -> int:
     )
     from eva.discord.process import run_bot, token_problem  # hikari is slow to import
 
+    if shard_ids is not None:
+        logging.getLogger(__name__).info("running shards %s of %s", shard_ids, shard_count)
     problem = token_problem(token)
     if problem is not None:
         raise UserError(problem)
@@ -120,5 +192,6 @@ def run_run(args: argparse.Namespace) -> int:
             rest_url=args.rest_url,
             anthropic_key=key,
             anthropic_base_url=args.anthropic_url,
+            health_port=args.health_port,
         )
     )

@@ -2,8 +2,9 @@
 #
 # Pure: guild ids and the places (shard numbers) that hold them in, moves and
 # misplaced guilds out; it knows no directories, files or stores. Discord puts a
-# guild on shard `(guild_id >> 22) % shard_count`; each shard keeps its guilds in
-# a data directory of its own, so a guild belongs in exactly one place.
+# guild on shard `(guild_id >> 22) % shard_count` (Discord's Gateway documentation,
+# "Sharding": `shard_id = (guild_id >> 22) % num_shards`; checked 2026-12-07); each shard
+# keeps its guilds in a data directory of its own, so a guild belongs in exactly one place.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping

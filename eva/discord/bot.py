@@ -213,6 +213,8 @@ class EvaBot:
         self._ready_shards = 0
         self._ready = trio.Event()
         self._expected_shards = 1
+        self.shard_ids: list[int] | None = None  # the shards it runs; None: Discord's advice
+        self.health_port: int | None = None  # where it answers /livez and /readyz, if it does
         self._command_guilds = tuple(supervisor.shared.live.command_guilds)
         self._application_id = 0
         self.context = BotContext(
@@ -241,6 +243,7 @@ class EvaBot:
         """Connect the gateway; return once every shard is ready and commands are registered."""
         self._expected_shards = len(shard_ids) if shard_ids else (shard_count or 1)
         ids = None if shard_ids is None else list(shard_ids)
+        self.shard_ids = ids if ids else (list(range(shard_count)) if shard_count else None)
         await aio(
             lambda: self.bot.start(shard_ids=ids, shard_count=shard_count, check_for_updates=False)
         )
@@ -254,6 +257,11 @@ class EvaBot:
 
     async def wait_stopped(self) -> None:
         await self._stop.wait()
+
+    @property
+    def stopping(self) -> bool:
+        """Whether a stop was asked for."""
+        return self._stop.is_set()
 
     async def close(self) -> None:
         """Close the gateway, then let every lane store what it already received."""

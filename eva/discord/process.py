@@ -4,8 +4,11 @@
 # Shell. It opens what the process owns and hands hikari's GatewayBot (under
 # trio-asyncio; never `bot.run()`) to an EvaBot. On a stop the gateway closes first,
 # the lanes drain, then the supervisor's writer finishes its commits.
+# With a health port it answers `/livez` and `/readyz` (eva.discord.health) from before
+# the gateway connects until it stops.
 # Invariants: a process writes only its own data directory; the exit status is 0
-# after a clean stop and 1 when the gateway could not start.
+# after a clean stop and 1 when the gateway could not start or the health port could
+# not be had.
 from __future__ import annotations
 
 import contextlib
@@ -13,6 +16,7 @@ import logging
 import signal
 import time
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 
 import hikari
@@ -23,6 +27,7 @@ from eva.core.settings import LiveSettings, MemorySettings, ModelSettings
 from eva.core.summarize import OfflineSummarizer, Summarizer
 from eva.discord.bot import EvaBot, bot_id_of
 from eva.discord.bridge import aio, open_asyncio_loop
+from eva.discord.health import bot_readiness, serve_health
 from eva.discord.history import Stored
 from eva.discord.reply_sender import open_reply_sender
 from eva.live.collector import freeze_start_up, serving_collector
@@ -108,6 +113,16 @@ async def _watch_gateway(eva: EvaBot) -> None:
     eva.stop()
 
 
+async def _serve_health(eva: EvaBot, nursery: trio.Nursery, port: int, host: str | None) -> bool:
+    """Start answering health checks; False (said in the log) when the port cannot be had."""
+    try:
+        eva.health_port = await nursery.start(serve_health, partial(bot_readiness, eva), port, host)
+    except OSError as error:
+        log.error("could not answer health checks on port %d: %s", port, error)
+        return False
+    return True
+
+
 async def run_bot(
     token: str,
     data_dir: Path,
@@ -120,6 +135,8 @@ async def run_bot(
     rest_url: str | None = None,
     anthropic_key: str | None = None,
     anthropic_base_url: str | None = None,
+    health_port: int | None = None,
+    health_host: str | None = None,
     handle_signals: bool = True,
     on_stored: Stored | None = None,
     summarizer: Summarizer | None = None,
@@ -130,7 +147,9 @@ async def run_bot(
     Opens the data directory's store and the supervisor, connects the gateway for
     `shard_ids` of `shard_count`, and reports the running `EvaBot` through `task_status`.
     Lines are written by Claude when `anthropic_key` is given, else offline (`summarizer`
-    overrides both; benchmarks use it to time replies without line calls).
+    overrides both; benchmarks use it to time replies without line calls). With
+    `health_port`, `/livez` and `/readyz` are answered there (0: any free port, then
+    `EvaBot.health_port`) from before the gateway connects until the bot stops.
     Returns the exit status: 0 after a clean stop, 1 when the gateway could not start.
     """
     memory = memory or MemorySettings()
@@ -162,17 +181,22 @@ async def run_bot(
                              nursery, on_stored, replies, urgency)
                 if handle_signals:
                     nursery.start_soon(_watch_signals, eva)
-                try:
-                    await eva.start(shard_ids, shard_count)
-                except (hikari.HikariError, OSError) as error:
-                    log.error("could not connect to Discord: %s", connect_error(error))
+                if health_port is not None and not await _serve_health(eva, nursery,
+                                                                        health_port, health_host):
                     status = EXIT_FAILED
                     eva.stop()
                 else:
-                    nursery.start_soon(_watch_gateway, eva)
-                    log.info("connected in %.1f s", time.monotonic() - started)
-                    freeze_start_up()
-                    task_status.started(eva)
+                    try:
+                        await eva.start(shard_ids, shard_count)
+                    except (hikari.HikariError, OSError) as error:
+                        log.error("could not connect to Discord: %s", connect_error(error))
+                        status = EXIT_FAILED
+                        eva.stop()
+                    else:
+                        nursery.start_soon(_watch_gateway, eva)
+                        log.info("connected in %.1f s", time.monotonic() - started)
+                        freeze_start_up()
+                        task_status.started(eva)
                 try:
                     await eva.wait_stopped()
                 finally:

@@ -109,6 +109,7 @@ class Writer:
         self._largest = 0
         self._paused = trio.Lock()
         self._in_flight = trio.Semaphore(IN_FLIGHT)
+        self._closed = False
 
     async def append(
         self,
@@ -340,7 +341,13 @@ class Writer:
 
     def close(self) -> None:
         """No more appends; `run` returns once the queued ones are committed."""
+        self._closed = True
         self._send.close()
+
+    @property
+    def accepting(self) -> bool:
+        """Whether appends are still taken (the writer was not closed)."""
+        return not self._closed
 
 
 def _finish(request: _Request, outcome: Appended | BaseException) -> None:
