@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from datetime import date
 from pathlib import Path
 from typing import Any
 
@@ -112,3 +113,18 @@ def test_the_evaluation_runs_on_the_demo_chat_and_beats_its_baseline() -> None:
     assert figures["eva"]["questions"] == figures["bm25"]["questions"] >= 50
     assert figures["eva"]["bytes_mean"] <= 8000
     assert figures["eva"]["found"] > figures["bm25"]["found"]
+
+
+def test_a_person_and_days_given_keep_the_search_to_them(tmp_path: Path) -> None:
+    messages = [
+        *(post(i, "bo", f"2024-02-{i + 1:02d}T10:00", f"ferry ferry news {i}") for i in range(9)),
+        post(9, "cy", "2024-02-20T10:00", "a long day, and the ferry was late again"),
+    ]
+    store = store_of(tmp_path, messages)
+    settings = MemorySettings()
+    assert hits(recall(store, STREAM, "ferry", settings, 400)) != [9]  # Bo's come first
+    assert hits(recall(store, STREAM, "ferry", settings, 400, person="@Cy")) == [9]
+    assert hits(recall(store, STREAM, "ferry", settings, person="Nobody")) == []
+    days = recall(store, STREAM, "ferry", settings, after=date(2024, 2, 3), before=date(2024, 2, 5))
+    assert sorted(hits(days)) == [2, 3]
+    assert recall(store, STREAM, "ferry", settings, after=date(2025, 1, 1)).windows == ()

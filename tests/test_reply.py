@@ -415,8 +415,12 @@ async def test_recall_filters_by_person_and_dates(tmp_path: Path) -> None:
 
         one = await run_tool(supervisor, A, "recall", {"query": "topic3", "person": "@Person1"})
         assert not one.is_error
-        assert one.text.startswith("(only hits by @Person1, among the")
-        assert hits(one.text) == [line for line in everyone if " person1: " in line]
+        assert one.text.startswith("(searched only the messages by @Person1)")
+        own = hits(one.text)  # searched among person1's messages alone, not filtered after
+        assert own and all(" person1: " in line for line in own)
+        assert {line for line in everyone if " person1: " in line} <= set(own)
+        nobody = await run_tool(supervisor, A, "recall", {"query": "topic3", "person": "Zed"})
+        assert hits(nobody.text) == [] and 'No messages match "topic3"' in nobody.text
 
         same_day = {"query": "topic3", "after": "2023-11-14", "before": "2023-11-15"}
         assert hits((await run_tool(supervisor, A, "recall", same_day)).text) == everyone

@@ -104,6 +104,7 @@ def search(
     within: Sequence[tuple[int, int]] = (),
     authors: Sequence[bytes] = (),
     author_boost: float = AUTHOR_BOOST,
+    written_by: Sequence[bytes] = (),
 ) -> SearchResult:
     """The stream's messages best matching the words of `query`, by BM25.
 
@@ -116,6 +117,9 @@ def search(
     `within`, if given, are [start, stop) ranges of message indexes: only
     messages in them are ranked or counted, while the statistics stay those
     of the whole channel.
+
+    `written_by`, if given, are the marks of one person's name words: only
+    messages holding every one of them (that person's) are ranked or counted.
 
     `authors` are the index's marks of people the question names
     (eva.core.terms.author_words): their own messages count as one more
@@ -161,6 +165,9 @@ def search(
         found.append(replace(_term_records(b"", marks), authors=author_boost))
     if within:
         found = [kept for kept in (_kept(records, within) for records in found) if kept]
+    if written_by:
+        own = _held_by_all(tables, prefix, buckets, chunk, written_by)
+        found = [kept for kept in (_only(records, own) for records in found) if kept]
     if not found:
         return SearchResult([], 0)
     found.sort(key=lambda records: (records.df, records.term))
@@ -211,6 +218,31 @@ def _forms(tables: Tables, prefix: bytes, word: bytes) -> list[bytes]:
     if wanted == word and not word.isalpha():  # numbers and the like: the word alone
         return [word]
     return indexed_forms(tables, prefix, forms_prefix(word), lambda term: stem(term) == wanted)
+
+
+def _held_by_all(
+    tables: Tables, prefix: bytes, buckets: list[int], chunk: OpenChunk, marks: Sequence[bytes]
+) -> _Ints:
+    """The indexes of the messages holding every one of `marks`, in order."""
+    held: _Ints | None = None
+    for mark in marks:
+        postings = [*term_postings(tables, prefix, mark, buckets)[0], *chunk.records(mark)]
+        indexes = _term_records(mark, postings).indexes if postings else np.zeros(0, np.int64)
+        held = indexes if held is None else np.intersect1d(held, indexes)
+    return np.zeros(0, np.int64) if held is None else held
+
+
+def _only(records: _TermRecords, indexes: _Ints) -> _TermRecords | None:
+    """The records of the messages among `indexes` (the word's `df` unchanged)."""
+    inside = np.isin(records.indexes, indexes)
+    if not inside.any():
+        return None
+    return replace(
+        records,
+        indexes=records.indexes[inside],
+        lengths=records.lengths[inside],
+        tfs=records.tfs[inside],
+    )
 
 
 def _kept(records: _TermRecords, within: Sequence[tuple[int, int]]) -> _TermRecords | None:

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import logging
+from datetime import date
 from typing import Any, assert_never
 
 from eva.core.events import AnyEvent, ChannelDescribed, MessageDeleted, MessageEdited, ToolCalled
@@ -84,7 +85,15 @@ class ChannelInputs(Reads):
                     self.shared.store, self.stream, item.address, self.shared.settings, item.page
                 )
             case Recall():
-                return recall(self.shared.store, self.stream, item.query, self.shared.settings)
+                return recall(
+                    self.shared.store,
+                    self.stream,
+                    item.query,
+                    self.shared.settings,
+                    person=item.person,
+                    after=None if item.after is None else date.fromisoformat(item.after),
+                    before=None if item.before is None else date.fromisoformat(item.before),
+                )
             case ForgetHere():
                 return await self._forget(item)
             case DateOf():

@@ -104,9 +104,13 @@ class Zoom(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Recall(msgspec.Struct, frozen=True, kw_only=True):
-    """The recall tool: the channel's messages best matching `query`."""
+    """The recall tool: the channel's messages best matching `query`, only those of
+    `person` and of the days from `after` and before `before` if given (YYYY-MM-DD)."""
 
     query: str
+    person: str | None = None
+    after: str | None = None
+    before: str | None = None
 
 
 class DateOf(msgspec.Struct, frozen=True, kw_only=True):

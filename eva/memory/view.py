@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from datetime import tzinfo
+from datetime import date, datetime, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import msgspec
@@ -32,6 +32,7 @@ from eva.core.render import cut_to_bytes, render_line
 from eva.core.settings import MemorySettings
 from eva.core.state import StreamMeta
 from eva.core.tables import Tables
+from eva.core.terms import AUTHOR_MARK, term_bytes
 from eva.memory.publish import LineSizes
 from eva.store.event_store import (
     EventStore,
@@ -262,6 +263,10 @@ def recall(
     settings: MemorySettings,
     cap_bytes: int = RECALL_CAP_BYTES,
     now_ms: int | None = None,
+    *,
+    person: str | None = None,
+    after: date | None = None,
+    before: date | None = None,
 ) -> RecallView:
     """Search the channel's original messages; each hit with the messages around it.
 
@@ -270,6 +275,11 @@ def recall(
     which the search keeps to unless no message there matches. The people
     it names (eva.core.recall_search.people_named) have their own messages
     count as if they said the name.
+
+    `person` (a display name, as recall shows it), `after` and `before`
+    (days in the channel's time zone: from `after` on, before `before`) keep
+    the search to that person's messages and those days, whatever the
+    question says.
     """
     meta = store.meta(stream)
     tz = channel_zone(meta, settings)
@@ -301,9 +311,17 @@ def recall(
             )
             while len(_open_chunks) > OPEN_CHUNKS_KEPT:
                 del _open_chunks[next(iter(_open_chunks))]
-        within = index_ranges(
-            question.spans, lambda index: _time_at(tables, stream, index), messages
+        chosen = after is not None or before is not None
+        spans = (
+            ((_day_ms(after, tz, first_ms), _day_ms(before, tz, last_ms + 1)),)
+            if chosen
+            else question.spans
         )
+        within = index_ranges(spans, lambda index: _time_at(tables, stream, index), messages)
+        if chosen and not within:  # no message was posted on those days
+            return RecallView(query=query, total=0, shown_hits=0, more=0, windows=())
+        mark = AUTHOR_MARK.encode()
+        by = [mark + word for word in term_bytes(person.removeprefix("@"))] if person else []
         words = question.words
         named = people_named(tables, stream, words, unindexed)
         marks = [mark for found in named.values() for mark in found]
@@ -312,13 +330,14 @@ def recall(
         def searched(within: list[tuple[int, int]]) -> SearchResult:
             return search(
                 tables, stream, words, RECALL_HITS, unindexed,
-                within=within, authors=marks, author_boost=boost,
+                within=within, authors=marks, author_boost=boost, written_by=by,
             )
 
         result = searched(within)
-        if within and not result.hits:  # nothing said then: search every time
+        if within and not result.hits and not chosen:  # nothing said then: search every time
             result = searched([])
-        elif within and len(result.hits) < RECALL_HITS:  # and what else was said then
+        elif within and len(result.hits) < RECALL_HITS and not (by or chosen):
+            # a time the question names: what else was said then
             found = {index for index, _ in result.hits}
             longest = longest_within(tables, stream, within, RECALL_HITS, hidden | found)
             extra = [(index, 0.0) for index in longest[: RECALL_HITS - len(found)]]
@@ -331,6 +350,13 @@ def recall(
         return recall_view(
             query, result, message_at, cap_bytes=cap_bytes, tz=tz, index_of=index_of
         )
+
+
+def _day_ms(day: date | None, tz: tzinfo, default: int) -> int:
+    """When `day` begins in `tz`, in UTC milliseconds (`default` for no day)."""
+    if day is None:
+        return default
+    return int(datetime(day.year, day.month, day.day, tzinfo=tz).timestamp() * 1000)
 
 
 def _time_at(tables: Tables, stream: StreamId, index: int) -> int:

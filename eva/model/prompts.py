@@ -101,8 +101,8 @@ RECALL_TOOL: ToolParam = {
     "name": "recall",
     "description": (
         "Search the original messages of this channel by words; each hit is shown "
-        "with the messages around it, hits marked with >. Optionally keep only hits "
-        "written by one person, or posted in a range of dates."
+        "with the messages around it, hits marked with >. Optionally search only the "
+        "messages of one person, or those posted in a range of dates."
     ),
     "input_schema": {
         "type": "object",
@@ -110,17 +110,17 @@ RECALL_TOOL: ToolParam = {
             "query": {"type": "string", "minLength": 1, "description": "words to look for"},
             "person": {
                 "type": "string",
-                "description": "keep only hits written by this person (their display name)",
+                "description": "search only messages written by this person (their display name)",
             },
             "after": {
                 "type": "string",
                 "pattern": DATE_PATTERN,
-                "description": "YYYY-MM-DD: keep only hits posted on this day or later",
+                "description": "YYYY-MM-DD: search only messages posted on this day or later",
             },
             "before": {
                 "type": "string",
                 "pattern": DATE_PATTERN,
-                "description": "YYYY-MM-DD: keep only hits posted before this day",
+                "description": "YYYY-MM-DD: search only messages posted before this day",
             },
         },
         "required": ["query"],

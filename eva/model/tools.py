@@ -10,7 +10,7 @@ from datetime import UTC, date, datetime
 
 from eva.core.address import parse_address
 from eva.core.keys import StreamId
-from eva.core.recall import RecallLine, RecallView, render_view
+from eva.core.recall import RecallView, render_view
 from eva.live.inputs import DateOf, Recall, Zoom
 from eva.live.supervisor import Supervisor
 from eva.memory.view import Zoomed, ZoomError
@@ -77,55 +77,7 @@ def _day(name: str, value: object, what: str) -> str | None:
     return text
 
 
-def _same_person(author: str, person: str) -> bool:
-    def norm(name: str) -> str:
-        return " ".join(name.removeprefix("@").split()).casefold()
-
-    return norm(author) == norm(person)
-
-
-def filter_recall(
-    view: RecallView, person: str | None, after: str | None, before: str | None
-) -> RecallView:
-    """The hits of `view` written by `person`, posted on `after` or later and before `before`.
-
-    Filters what recall already found (its best hits within its byte cap), so
-    it narrows; it does not search further. A person matches by display name,
-    ignoring case, spacing and a leading @. Dates are the channel's local days
-    as shown (`RecallLine.time`). A hit that fails stays in its window as
-    context but loses its mark; a window with no hit left is dropped.
-    """
-
-    def kept(line: RecallLine) -> bool:
-        day = line.time[:10]
-        return (
-            (person is None or _same_person(line.author, person))
-            and (after is None or day >= after)
-            and (before is None or day < before)
-        )
-
-    windows = []
-    for window in view.windows:
-        lines = tuple(
-            line
-            if not line.hit or kept(line)
-            else RecallLine(
-                index=line.index,
-                at_ms=line.at_ms,
-                time=line.time,
-                author=line.author,
-                text=line.text,
-                hit=False,
-            )
-            for line in window
-        )
-        if any(line.hit for line in lines):
-            windows.append(lines)
-    hits = sum(line.hit for window in windows for line in window)
-    return RecallView(query=view.query, total=hits, shown_hits=hits, more=0, windows=tuple(windows))
-
-
-def _filter_note(person: str | None, after: str | None, before: str | None, seen: int) -> str:
+def _filter_note(person: str | None, after: str | None, before: str | None) -> str:
     parts = []
     if person is not None:
         parts.append(f"by {person}")
@@ -133,7 +85,7 @@ def _filter_note(person: str | None, after: str | None, before: str | None, seen
         parts.append(f"from {after}")
     if before is not None:
         parts.append(f"before {before}")
-    return f"(only hits {', '.join(parts)}, among the {seen} best matches of the words)"
+    return f"(searched only the messages {', '.join(parts)})"
 
 
 async def run_tool(
@@ -172,13 +124,13 @@ async def _run_tool(
             who = None if person is None else _text(name, person, "person")
             after = _day(name, args.get("after"), "after")
             before = _day(name, args.get("before"), "before")
-            view = await supervisor.ask(stream, Recall(query=query))
+            asked = Recall(query=query, person=who, after=after, before=before)
+            view = await supervisor.ask(stream, asked)
             assert isinstance(view, RecallView)
             if who is None and after is None and before is None:
                 return ToolAnswer(render_view(view, RECALL_TOOL_BYTES))
-            narrowed = filter_recall(view, who, after, before)
-            note = _filter_note(who, after, before, view.shown_hits)
-            return ToolAnswer(f"{note}\n{render_view(narrowed, RECALL_TOOL_BYTES)}")
+            note = _filter_note(who, after, before)
+            return ToolAnswer(f"{note}\n{render_view(view, RECALL_TOOL_BYTES)}")
         case "date":
             args = _arguments(name, arguments, frozenset({"index"}), frozenset())
             index = _whole(name, args["index"], "index", 0)
