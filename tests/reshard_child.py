@@ -54,7 +54,7 @@ def main(step: str, nth: int, argv: list[str]) -> int:
     elif step == "compact_copy":  # the compacting copy half written
         lmdb_kv._copy_table = die_at(nth, lmdb_kv._copy_table)  # type: ignore[assignment]
     elif step == "compact_swap":  # the compacted file in place, the journal still there
-        lmdb_kv._fsync_dir = die_after(nth, lmdb_kv._fsync_dir)  # type: ignore[assignment]
+        lmdb_kv.fsync_dir = die_after(nth, lmdb_kv.fsync_dir)  # type: ignore[assignment]
     elif step == "journal_dropped":  # the last journal gone, the report not printed
         reshard.drop_journal = die_after(nth, reshard.drop_journal)  # type: ignore[assignment]
     status = eva_main(["reshard", *argv])

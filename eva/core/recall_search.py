@@ -234,22 +234,18 @@ def _held_by_all(
 
 def _only(records: _TermRecords, indexes: _Ints) -> _TermRecords | None:
     """The records of the messages among `indexes` (the word's `df` unchanged)."""
-    inside = np.isin(records.indexes, indexes)
-    if not inside.any():
-        return None
-    return replace(
-        records,
-        indexes=records.indexes[inside],
-        lengths=records.lengths[inside],
-        tfs=records.tfs[inside],
-    )
+    return _masked(records, np.isin(records.indexes, indexes))
 
 
 def _kept(records: _TermRecords, within: Sequence[tuple[int, int]]) -> _TermRecords | None:
     """The records of messages inside the `within` ranges (the word's `df` unchanged)."""
     bounds = np.array([edge for span in sorted(within) for edge in span], dtype=np.int64)
     # An index inside [start, stop) falls after an odd number of the sorted edges.
-    inside = np.searchsorted(bounds, records.indexes, side="right") % 2 == 1
+    return _masked(records, np.searchsorted(bounds, records.indexes, side="right") % 2 == 1)
+
+
+def _masked(records: _TermRecords, inside: npt.NDArray[np.bool_]) -> _TermRecords | None:
+    """The records `inside` marks; None if it marks none."""
     if not inside.any():
         return None
     return replace(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import time
 from collections import Counter
+from collections.abc import Container
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -108,11 +109,14 @@ def scan_files(directory: Path, texts: list[str]) -> ScanReport:
     return ScanReport(len(patterns), files, total, hits, len(found), places)
 
 
-def surviving_texts(store: EventStore) -> list[str]:
-    """The texts of every message still stored, of everyone, in every channel, and their
-    search terms as the recall index keeps them (words folded in case and accents)."""
+def surviving_texts(store: EventStore, guilds: Container[int] | None = None) -> list[str]:
+    """The texts of every message still stored, of everyone, in every channel (of
+    `guilds` only, if given), and their search terms as the recall index keeps them
+    (words folded in case and accents)."""
     texts: list[str] = []
     for meta in store.streams():
+        if guilds is not None and meta.guild_id not in guilds:
+            continue
         stream = StreamId(meta.guild_id, meta.channel_id)
         with store.backend.reading() as tables:
             for _, message in read_messages(tables, stream, 0, meta.messages):

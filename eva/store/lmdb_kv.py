@@ -341,7 +341,7 @@ class LmdbBackend:
         try:
             self.env.close()
             os.replace(data_file, self.path / DATA_FILE)
-            _fsync_dir(self.path)
+            fsync_dir(self.path)
             shutil.rmtree(data_file.parent, ignore_errors=True)
             self._open(map_size)
         finally:
@@ -461,7 +461,8 @@ def _fsync_file(path: Path) -> None:
         os.fsync(handle.fileno())
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
+    """Make a directory's entries durable (a file created, renamed or removed in it)."""
     descriptor = os.open(path, os.O_RDONLY)
     try:
         os.fsync(descriptor)

@@ -27,12 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from eva.core.keys import StreamId
-from eva.core.projection import indexed_text
 from eva.core.shards import Move, moves
-from eva.core.terms import terms
-from eva.store.erasure import prove_erased
-from eva.store.event_store import EventStore, read_messages
-from eva.store.lmdb_kv import LmdbBackend
+from eva.store.erasure import prove_erased, surviving_texts
+from eva.store.event_store import EventStore
+from eva.store.lmdb_kv import LmdbBackend, fsync_dir
 from eva.store.moving import Copied, copy_streams, remove_streams
 from eva.store.replay import replay_stream
 
@@ -292,7 +290,7 @@ def note_in_journal(directory: Path, guilds: Sequence[int]) -> None:
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(temporary, path)
-    _fsync_dir(directory)
+    fsync_dir(directory)
 
 
 def journal_guilds(directory: Path) -> list[int]:
@@ -327,28 +325,11 @@ def clear(place: Place, places: Sequence[Place]) -> Cleared:
 def drop_journal(directory: Path) -> None:
     """Remove the directory's journal, durably: its guilds are compacted away."""
     (directory / JOURNAL).unlink(missing_ok=True)
-    _fsync_dir(directory)
+    fsync_dir(directory)
 
 
 def guild_texts(place: Place, guilds: set[int]) -> list[str]:
     """The texts of every message of the guilds that a place holds, and their search terms."""
-    texts: list[str] = []
-    store = place.store
-    for meta in store.streams():
-        if meta.guild_id not in guilds:
-            continue
-        stream = StreamId(meta.guild_id, meta.channel_id)
-        with store.backend.reading() as tables:
-            for _, message in read_messages(tables, stream, 0, meta.messages):
-                texts.append(message.content)
-                texts.extend(message.attachments)
-                texts.append(" ".join(terms(indexed_text(message.content, message.attachments))))
-    return texts
+    return surviving_texts(place.store, guilds)
 
 
-def _fsync_dir(path: Path) -> None:
-    descriptor = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
