@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from eva.core.memtables import MemoryTables
+from eva.core.memtables import MemoryTables, OverlayTables
 
 ROWS = [(b"a", b"1"), (b"b", b"2"), (b"c", b"3")]
 
@@ -41,3 +41,15 @@ def test_other_rows_are_not_held(
 def test_an_empty_table_holds_no_rows() -> None:
     assert MemoryTables().holds("postings", [])
     assert not MemoryTables().holds("postings", ROWS[:1])
+
+
+def test_first_key_of_a_range_sees_staged_changes() -> None:
+    base = MemoryTables()
+    for key in (b"b1", b"b3", b"c"):
+        base.put("postings", key, b"value")
+    assert base.first_key("postings", b"b", b"c") == b"b1"
+    assert base.first_key("postings", b"b4", b"c") is None
+    staged = OverlayTables(base)
+    staged.delete("postings", b"b1")
+    staged.put("postings", b"b2", b"value")
+    assert staged.first_key("postings", b"b", b"c") == b"b2"

@@ -826,6 +826,21 @@ class TestLmdbStore(StoreContract):
         assert_replays(reopened)
         reopened.backend.close()
 
+    def test_first_key_steps_to_the_first_key_of_a_range(self, tmp_path: Path) -> None:
+        backend = lmdb_kv.open_backend(tmp_path / "data")
+
+        def fill(tables: Tables) -> None:
+            for key in (b"b1", b"b3", b"c"):
+                tables.put("postings", key, b"value")
+
+        backend.write(fill)
+        with backend.reading() as tables:
+            assert tables.first_key("postings", b"b", b"c") == b"b1"
+            assert tables.first_key("postings", b"b2", b"c") == b"b3"
+            assert tables.first_key("postings", b"b4", b"c") is None
+            assert tables.first_key("postings", b"d", b"e") is None
+        backend.close()
+
     def test_only_the_writer_clears_a_compacting_copy_left_behind(self, tmp_path: Path) -> None:
         # A reader opening the directory may do so while the writer builds a copy; the
         # copy a crashed writer left is cleared by the next process that takes the lock.

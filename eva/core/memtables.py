@@ -35,6 +35,9 @@ class MemoryTables:
     def transaction_id(self) -> int | None:
         return None
 
+    def first_key(self, table: Table, start: bytes, stop: bytes) -> bytes | None:
+        return min((k for k in self.data[table] if start <= k < stop), default=None)
+
     def scan(self, table: Table, start: bytes, stop: bytes) -> Iterator[tuple[bytes, bytes]]:
         rows = self.data[table]
         for key in sorted(k for k in rows if start <= k < stop):
@@ -91,6 +94,9 @@ class OverlayTables:
 
     def transaction_id(self) -> int | None:
         return None
+
+    def first_key(self, table: Table, start: bytes, stop: bytes) -> bytes | None:
+        return next((key for key, _ in self.scan(table, start, stop)), None)
 
     def scan(self, table: Table, start: bytes, stop: bytes) -> Iterator[tuple[bytes, bytes]]:
         staged = self._staged[table]

@@ -431,7 +431,7 @@ def indexed_forms(
     low = prefix + start
     stop = prefix + start[:-1] + bytes((start[-1] + 1,))  # past every term starting so
     for _ in range(MAX_FORMS_WALKED):
-        key = next((key for key, _ in tables.scan(POSTINGS, low, stop)), None)
+        key = tables.first_key(POSTINGS, low, stop)
         if key is None:
             break
         term = key[len(prefix) : key.index(_TERM_END, len(prefix))]

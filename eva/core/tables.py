@@ -35,3 +35,7 @@ class Tables(Protocol):
     def scan(self, table: Table, start: bytes, stop: bytes) -> Iterator[tuple[bytes, bytes]]:
         """Entries with start <= key < stop, in key order."""
         ...
+
+    def first_key(self, table: Table, start: bytes, stop: bytes) -> bytes | None:
+        """The first key with start <= key < stop, if any (its value is not read)."""
+        ...

@@ -87,6 +87,14 @@ class LmdbTables:
         txn_id: int = self._txn.id()
         return txn_id
 
+    def first_key(self, table: Table, start: bytes, stop: bytes) -> bytes | None:
+        """The first key with start <= key < stop, by one cursor step."""
+        cursor = self._txn.cursor(db=self._dbs[table])
+        if not cursor.set_range(start):
+            return None
+        key: bytes = cursor.key()
+        return key if key < stop else None
+
     def scan(self, table: Table, start: bytes, stop: bytes) -> Iterator[tuple[bytes, bytes]]:
         """Entries with start <= key < stop, in key order, iterated in C."""
         db = self._dbs[table]
