@@ -120,15 +120,23 @@ class _Window:
 
     messages: dict[int, ShownMessage]
     hits: frozenset[int]
+    low: int  # the lowest index it shows
+    high: int  # and the highest
+
+    @staticmethod
+    def of(messages: dict[int, ShownMessage], hits: frozenset[int]) -> _Window:
+        return _Window(messages, hits, min(messages), max(messages))
 
     def touches(self, other: _Window) -> bool:
-        return (
-            min(other.messages) <= max(self.messages) + 1
-            and min(self.messages) <= max(other.messages) + 1
-        )
+        return other.low <= self.high + 1 and self.low <= other.high + 1
 
     def joined(self, other: _Window) -> _Window:
-        return _Window({**self.messages, **other.messages}, self.hits | other.hits)
+        return _Window(
+            {**self.messages, **other.messages},
+            self.hits | other.hits,
+            min(self.low, other.low),
+            max(self.high, other.high),
+        )
 
     def shown(
         self, tz: tzinfo, made: dict[tuple[int, bool], RecallLine]
@@ -224,7 +232,7 @@ def recall_view(
             *_neighbours(message_at, hit, 1, turn),
             *_replied(message_at, hit, index_of),
         ]
-        new = _Window(
+        new = _Window.of(
             {message.index: message for message in around},
             frozenset((index,)) if matched else frozenset(),
         )
