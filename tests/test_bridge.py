@@ -74,29 +74,6 @@ async def test_stock_trio_asyncio_takes_a_turn_per_callback() -> None:
     assert steps >= 50
 
 
-async def test_one_callback_a_turn_while_work_is_urgent() -> None:
-    """While someone waits for trio work (a reply), trio gets a turn after every callback;
-    once the wait is over the loop batches again."""
-    urgent = [True]
-    ran: list[int] = []
-    async with open_asyncio_loop(one_at_a_time=lambda: urgent[0]) as loop:
-        await trio.sleep(0.01)
-        for number in range(40):
-            loop.call_soon(ran.append, number)
-        with trio.fail_after(5):
-            jumps = await callbacks_per_turn(ran, 20)
-            urgent[0] = False
-            ran_then = len(ran)
-            steps = LoopSteps()
-            trio.lowlevel.add_instrument(steps)
-            while len(ran) < 40:
-                await trio.lowlevel.checkpoint()
-            trio.lowlevel.remove_instrument(steps)
-    assert ran == list(range(40))
-    assert max(jumps) <= 2  # one callback a loop turn, two turns at most between ours
-    assert steps.steps <= 2 < 40 - ran_then
-
-
 @pytest.mark.parametrize("batch", [1, 8, READY_BATCH])
 async def test_trio_tasks_run_between_batches(batch: int) -> None:
     ran: list[int] = []

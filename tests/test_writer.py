@@ -6,7 +6,6 @@ does while serving.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,8 +16,7 @@ import trio.testing
 from eva.core.events import AnyEvent, LineWritten, MessagePosted
 from eva.core.keys import StreamId
 from eva.core.projection import Rejected
-from eva.live.pace import ALONE_EVENTS, QUIET_EVENTS, Pace
-from eva.live.writer import open_writer
+from eva.live.writer import MAX_GROUP, open_writer
 from eva.store.event_store import Appended, EventStore
 from eva.store.lmdb_kv import open_backend
 
@@ -85,101 +83,35 @@ def leaves(start: int, count: int) -> list[LineWritten]:
 
 
 @pytest.mark.parametrize("process", [False, True], ids=["thread", "write process"])
-async def test_people_go_first_and_lines_go_in_short_commits_of_their_own(
+async def test_appends_that_wait_go_in_one_commit_in_the_order_they_came(
     tmp_path: Path, process: bool
 ) -> None:
-    """Queued behind thousands of lines, a post lands in the next commit, alone; then,
-    while people post at an everyday rate, the lines go in groups of their own of about
-    ALONE_EVENTS events (the first append of a group goes whole)."""
+    """Lines and posts alike: a group takes every append waiting, up to MAX_GROUP."""
     store = store_in(tmp_path)
-    landed: list[tuple[str, int]] = []  # (what, the commit it landed in)
-
-    everyday = Pace(quiet_after_s=math.inf, every_s=math.inf, busy_messages_per_s=math.inf)
-    async with open_writer(store, process=process, pace=everyday) as writer:
-        await writer.append(A, [posted(i) for i in range(2412)])
-
-        async def send(
-            what: str, stream: StreamId, events: list[AnyEvent], background: bool
-        ) -> None:
-            def stored() -> None:
-                landed.append((what, writer.statistics().commits))
-
-            await writer.append(stream, events, stored, background=background)
-
+    landed: dict[str, int] = {}  # what -> the commit it landed in
+    async with open_writer(store, process=process) as writer:
+        await writer.append(A, [posted(i) for i in range(300 + MAX_GROUP)])
         start = writer.statistics().commits
-        # Everything below queues up while the writer is paused.
+
+        async def send(what: str, stream: StreamId, events: list[AnyEvent]) -> None:
+            def stored() -> None:
+                landed[what] = writer.statistics().commits - start
+
+            await writer.append(stream, events, stored)
+
         async with trio.open_nursery() as nursery, writer.paused():
-            for number in range(8):
-                lines = leaves(number * 300, 300)
-                nursery.start_soon(send, f"lines {number}", A, lines, True)
-                await trio.testing.wait_all_tasks_blocked()
-            for number in range(12):
-                lines = leaves(2400 + number, 1)
-                nursery.start_soon(send, f"line {number}", A, lines, True)
-                await trio.testing.wait_all_tasks_blocked()
-            nursery.start_soon(send, "post", B, [posted(0)], False)
+            nursery.start_soon(send, "lines", A, leaves(0, 300))
             await trio.testing.wait_all_tasks_blocked()
-    commit = {what: number - start for what, number in landed}
-    assert commit["post"] == 1
-    assert [commit[f"lines {n}"] for n in range(8)] == list(range(2, 10))
-    assert ALONE_EVENTS < 300
-    # Short appends share a commit, up to the limit.
-    assert {commit[f"line {n}"] for n in range(12)} == {10}
-    meta = store.meta(A)
-    assert meta is not None and meta.lines == 2412
-
-
-async def test_lines_go_in_long_commits_once_nobody_posts(tmp_path: Path) -> None:
-    store = store_in(tmp_path)
-    landed: dict[int, int] = {}  # append number -> the commit it landed in
-    async with open_writer(store, pace=Pace(quiet_after_s=0.005)) as writer:
-        await writer.append(A, [posted(i) for i in range(2400)])
-        start = writer.statistics().commits
-
-        async def send(number: int) -> None:
-            def stored() -> None:
-                landed[number] = writer.statistics().commits - start
-
-            await writer.append(A, leaves(number * 300, 300), stored, background=True)
-
-        await trio.sleep(0.01)  # longer ago than quiet_after_s: nobody posts now
-        async with trio.open_nursery() as nursery, writer.paused():
-            for number in range(8):
-                nursery.start_soon(send, number)
+            for number in range(MAX_GROUP):
+                nursery.start_soon(send, f"line {number}", A, leaves(300 + number, 1))
                 await trio.testing.wait_all_tasks_blocked()
-    # About QUIET_EVENTS at a time: the group that passes it ends.
-    assert QUIET_EVENTS == 1024
-    assert landed == {0: 1, 1: 1, 2: 1, 3: 1, 4: 2, 5: 2, 6: 2, 7: 2}
-
-
-async def test_in_a_burst_a_line_waits_for_its_turn_while_posts_go(tmp_path: Path) -> None:
-    store = store_in(tmp_path)
-    # Every rate of people's messages counts as a burst, measured at every group.
-    burst = Pace(quiet_after_s=math.inf, every_s=0.3, busy_messages_per_s=0, window_s=0)
-    line_landed: list[float] = []
-    posts = 0
-    async with open_writer(store, pace=burst) as writer:
-        started = trio.current_time()
-        await writer.append(A, [posted(0)])
-
-        async def line() -> None:
-            def stored() -> None:
-                line_landed.append(trio.current_time())
-
-            await writer.append(A, leaves(0, 1), stored, background=True)
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(line)
-            with trio.fail_after(10):
-                while not line_landed:
-                    posts += 1
-                    await writer.append(StreamId(2, posts), [posted(0)])
-                    await trio.sleep(0.005)  # the line alone would go now, were it not a burst
-    # The writer started a moment before `started`: its first turn came 0.3 s after.
-    assert line_landed[0] - started >= 0.25
-    assert posts >= 3, "posts went one after the other while the line waited"
+            nursery.start_soon(send, "post", B, [posted(0)])
+            await trio.testing.wait_all_tasks_blocked()
+    assert landed["lines"] == 1
+    assert {landed[f"line {n}"] for n in range(MAX_GROUP - 1)} == {1}
+    assert landed[f"line {MAX_GROUP - 1}"] == landed["post"] == 2
     meta = store.meta(A)
-    assert meta is not None and meta.lines == 1
+    assert meta is not None and meta.lines == MAX_GROUP + 300
 
 
 @pytest.mark.parametrize("process", [False, True], ids=["thread", "write process"])

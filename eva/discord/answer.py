@@ -25,7 +25,6 @@ from eva.discord.mapping import offline_reply, split_reply, without_mention
 from eva.discord.reply_sender import ReplySender
 from eva.live.inputs import Post, Recall, RecordReply
 from eva.live.supervisor import Supervisor, wall_clock_ms
-from eva.live.urgency import Urgency
 from eva.model.reply import write_reply
 
 log = logging.getLogger(__name__)
@@ -46,12 +45,10 @@ class Answerer:
         client: anthropic.AsyncAnthropic | None,
         models: ModelSettings,
         eva_id: int,
-        urgency: Urgency | None = None,
         sender: ReplySender | None = None,
     ) -> None:
         self.bot = bot
         self.sender = sender
-        self.urgency = urgency or Urgency()
         self.supervisor = supervisor
         self.client = client
         self.models = models
@@ -71,10 +68,9 @@ class Answerer:
             async with trio.open_nursery() as nursery:
                 typing = trio.CancelScope()
                 nursery.start_soon(self._keep_typing, stream.channel_id, typing)
-                with self.urgency.urgent():  # the channels' bursts wait meanwhile
-                    text, record = await self._reply_text(stream, question, ahead)
-                    typing.cancel()
-                    await self._post_reply(stream.channel_id, question, text)
+                text, record = await self._reply_text(stream, question, ahead)
+                typing.cancel()
+                await self._post_reply(stream.channel_id, question, text)
             if record is not None:  # recorded once it is out: posting waits for no commit
                 await self.supervisor.ask(stream, RecordReply(reply=record))
         except Exception:

@@ -72,7 +72,6 @@ from eva.discord.reply_sender import ReplySender
 from eva.live.inputs import Describe, Edit, Post
 from eva.live.request import Request
 from eva.live.supervisor import Supervisor, wall_clock_ms
-from eva.live.urgency import Urgency
 from eva.store.event_store import EventStore
 from eva.store.write_process import WriteProcessError
 
@@ -185,7 +184,6 @@ class EvaBot:
         nursery: trio.Nursery,
         on_stored: Stored | None = None,
         replies: ReplySender | None = None,
-        urgency: Urgency | None = None,
     ) -> None:
         self.bot = bot
         self.supervisor = supervisor
@@ -196,8 +194,7 @@ class EvaBot:
         self.eva_id = eva_id
         self.eva_name = "Eva"
         self.on_stored = on_stored
-        self.urgency = urgency or Urgency()
-        self.answerer = Answerer(bot, supervisor, client, models, eva_id, self.urgency, replies)
+        self.answerer = Answerer(bot, supervisor, client, models, eva_id, replies)
         self._nursery = nursery
         # The context the bot was made in (under trio-asyncio's loop): a stored question's
         # answer starts in it, though the commit that stored it is answered elsewhere.
@@ -386,7 +383,7 @@ class EvaBot:
                 self._lanes_idle = trio.Event()
             self._lane_tasks += 1
             self._nursery.start_soon(self._run_lane, stream, lane)
-        if isinstance(job, Ingest) and lane.idle() and not self.urgency.under_way():
+        if isinstance(job, Ingest) and lane.idle():
             lane.track(job)  # skips the lane: nothing of the channel is ahead of it
             request = Request(job.post, on_answer=partial(self._answered, stream, lane, job))
             lane.submitted(1)
@@ -434,7 +431,6 @@ class EvaBot:
             async with lane.receive:
                 await self._describe(stream)
                 while (job := await lane.take()) is not None:
-                    await self.urgency.yield_to_urgent()  # a reply goes first
                     batch = [job]
                     while isinstance(batch[-1], Ingest) and len(batch) < LANE_BATCH:
                         if (queued := lane.take_nowait()) is None:

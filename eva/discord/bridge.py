@@ -20,14 +20,8 @@ READY_BATCH = 64
 """Asyncio callbacks that run one after another, at most, before trio's tasks get a turn."""
 
 
-def _never() -> bool:
-    return False
-
-
 @asynccontextmanager
-async def open_asyncio_loop(
-    ready_batch: int = READY_BATCH, one_at_a_time: Callable[[], bool] = _never
-) -> AsyncIterator[Any]:
+async def open_asyncio_loop(ready_batch: int = READY_BATCH) -> AsyncIterator[Any]:
     """trio-asyncio's loop, made to run the asyncio callbacks that are ready in batches.
 
     On its own, trio-asyncio takes its callbacks one at a time, and waits on
@@ -36,19 +30,14 @@ async def open_asyncio_loop(
     in each turn, every callback that was ready when the turn began. Here,
     after each callback the loop waited for, it also runs the ones already
     queued, up to `ready_batch` of them, before the other trio tasks run.
-    The order of callbacks and timers is unchanged. While `one_at_a_time()`
-    is true (someone waits for work done in trio, such as Eva's reply), the
-    loop runs one callback per turn again, so that work waits behind one
-    callback at each of its steps, not behind a batch.
+    The order of callbacks and timers is unchanged.
     """
     async with trio_asyncio.open_loop() as loop:
-        run_ready_in_batches(loop, ready_batch, one_at_a_time)
+        run_ready_in_batches(loop, ready_batch)
         yield loop
 
 
-def run_ready_in_batches(
-    loop: Any, ready_batch: int = READY_BATCH, one_at_a_time: Callable[[], bool] = _never
-) -> bool:
+def run_ready_in_batches(loop: Any, ready_batch: int = READY_BATCH) -> bool:
     """Make a running trio-asyncio loop take its queued callbacks in batches.
 
     It works through the loop's step, `_main_loop_one(no_wait)`, which
@@ -65,8 +54,8 @@ def run_ready_in_batches(
     async def step_then_ready(no_wait: bool = False) -> None:
         await step(no_wait)
         for _ in range(ready_batch):
-            # A callback stopped the loop (run nothing after it), or work is urgent.
-            if loop._stopped.is_set() or one_at_a_time():
+            # A callback stopped the loop: run nothing after it.
+            if loop._stopped.is_set():
                 return
             try:
                 await step(True)

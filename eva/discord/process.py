@@ -32,7 +32,6 @@ from eva.discord.history import Stored
 from eva.discord.reply_sender import open_reply_sender
 from eva.live.collector import freeze_start_up, serving_collector
 from eva.live.supervisor import open_supervisor
-from eva.live.urgency import Urgency
 from eva.model.batch_book import BatchBook
 from eva.model.client import make_client
 from eva.model.line_writer import ClaudeLineWriter
@@ -167,18 +166,17 @@ async def run_bot(
         )
     status = EXIT_OK
     started = time.monotonic()
-    urgency = Urgency()  # a reply under way: lanes wait, the asyncio loop stops batching
     try:
         with serving_collector():
             async with (
                 open_supervisor(store, summarizer, memory, live, data_dir=data_dir) as supervisor,
                 open_reply_sender(token, rest_url) as replies,
-                open_asyncio_loop(one_at_a_time=urgency.under_way),
+                open_asyncio_loop(),
                 trio.open_nursery() as nursery,
             ):
                 gateway = make_gateway(token, rest_url)
                 eva = EvaBot(gateway, bot_id_of(token), supervisor, client, models, data_dir,
-                             nursery, on_stored, replies, urgency)
+                             nursery, on_stored, replies)
                 if handle_signals:
                     nursery.start_soon(_watch_signals, eva)
                 if health_port is not None and not await _serve_health(eva, nursery,

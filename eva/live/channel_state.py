@@ -146,19 +146,16 @@ class ChannelState:
         return await self.shared.writer.append(self.stream, events)
 
     async def _append(self, stream: StreamId, events: Sequence[AnyEvent]) -> Appended:
-        """The `Append` that compression and publishing write through; lines go in the
-        background (see eva.live.writer).
+        """The `Append` that compression and publishing write through.
 
         The lines written are measured once they are stored, by the task that
         wrote them (a run stores a step's lines at a time), so that a publish
         seldom reads one back. Not as the writer takes in the commit's answer:
         every post of that commit would wait for it.
         """
-        lines = [event for event in events if isinstance(event, LineWritten)]
-        if not lines:  # a row: the actor waits for it before it serves the next posts
-            return await self.shared.writer.append(stream, events)
-        appended = await self.shared.writer.append(stream, events, background=True)
-        self.sizes.learn(lines)
+        appended = await self.shared.writer.append(stream, events)
+        if lines := [event for event in events if isinstance(event, LineWritten)]:
+            self.sizes.learn(lines)
         return appended
 
     def _touch(self, at_ms: int) -> None:

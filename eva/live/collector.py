@@ -10,14 +10,6 @@
 # young generation every 10,000 objects lets most of them die first (reference
 # counting frees them; the cyclic collector only has to find cycles), and what
 # start-up made is frozen out of the full collections altogether.
-#
-# In a burst of people's messages (eva.live.pace), collections are held: what
-# survives the young generation then is the state a burst builds (the
-# channels woken, their messages not made into leaves yet), not garbage, and
-# walking it stops the loop for milliseconds (tens of them for the middle
-# generation) while messages wait. They run again once the burst is over, or
-# at once if the young generation grows past HELD_MOST objects, so a burst
-# that never ends is collected all the same.
 from __future__ import annotations
 
 import gc
@@ -27,30 +19,17 @@ from typing import Final
 
 YOUNG_GENERATION: Final = 10_000
 """New objects between two collections of the young generation while serving (Python: 700)."""
-HELD_MOST: Final = 200_000
-"""New objects a burst may leave uncollected before the young generation is collected."""
-
-
-class _State:
-    serving = False  # inside `serving_collector`
-    held = False  # collections are held for a burst (the collector is disabled)
 
 
 @contextmanager
 def serving_collector() -> Iterator[None]:
-    """Collect the young generation every `YOUNG_GENERATION` objects in the block, and
-    let `hold_in_burst` hold collections; on leaving it, the former thresholds, and
-    what was frozen is collected again."""
+    """Collect the young generation every `YOUNG_GENERATION` objects in the block; on
+    leaving it, the former thresholds, and what was frozen is collected again."""
     before = gc.get_threshold()
     gc.set_threshold(YOUNG_GENERATION, *before[1:])
-    _State.serving = True
     try:
         yield
     finally:
-        _State.serving = False
-        if _State.held:
-            _State.held = False
-            gc.enable()
         gc.unfreeze()
         gc.set_threshold(*before)
 
@@ -60,23 +39,3 @@ def freeze_start_up() -> None:
     full collections, until the `serving_collector` block ends."""
     gc.collect()
     gc.freeze()
-
-
-def held_in_burst() -> bool:
-    """Whether collections are held for a burst now."""
-    return _State.held
-
-
-def hold_in_burst(burst: bool) -> None:
-    """Hold the collector's work while a burst of people's messages is on (the writer
-    says whether one is, at each group); nothing outside `serving_collector`."""
-    if not _State.serving:
-        return
-    if burst and not _State.held:
-        _State.held = True
-        gc.disable()
-    elif not burst and _State.held:
-        _State.held = False
-        gc.enable()  # the next new object starts the collection the burst held back
-    elif _State.held and gc.get_count()[0] > HELD_MOST:
-        gc.collect(0)

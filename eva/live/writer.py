@@ -11,30 +11,21 @@
 # is committed, so the child need not wait for this process to take an
 # answer in before it starts the next.
 #
-# Appends are of two kinds. What people did (posts, edits, deletions), rows
-# and the records of Eva's own calls are urgent; the lines compression writes
-# are background. Every group takes all the urgent appends waiting, and as
-# many background events as the pace allows (eva.live.pace): while people
-# post, short commits of lines when nothing urgent waits, and in a burst only
-# one every so often, so that a post never waits behind more than a short
-# commit of lines and a burst is stored before compression catches up; once
-# nobody posts, long commits of lines one after the other.
+# A group is every append waiting, in the order they came, up to MAX_GROUP:
+# people's posts and compression's lines alike.
 from __future__ import annotations
 
 import logging
 import math
-from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import trio
 
-from eva.core.events import AnyEvent, MessageDeleted, MessageEdited, MessagePosted
+from eva.core.events import AnyEvent
 from eva.core.keys import StreamId
 from eva.core.projection import Rejected
-from eva.live.collector import held_in_burst, hold_in_burst
-from eva.live.pace import Pace
 from eva.store.event_store import Appended, Batch, EventStore
 from eva.store.lmdb_kv import LmdbBackend
 from eva.store.write_process import Submitted, WriteProcess
@@ -42,7 +33,7 @@ from eva.store.write_process import Submitted, WriteProcess
 log = logging.getLogger(__name__)
 
 MAX_GROUP = 512
-"""Urgent appends a group takes at most."""
+"""Appends a group takes at most."""
 IN_FLIGHT = 2
 """Groups handed to a write process at once: it commits the next while this one is answered."""
 
@@ -52,16 +43,10 @@ OnDone = Callable[[Appended | BaseException], None]
 or what refused or failed it (Rejected, or the commit's error)."""
 
 
-def _by_people(event: AnyEvent) -> bool:
-    """Whether an append that starts with `event` is people's doing, not Eva's own."""
-    return isinstance(event, MessagePosted | MessageEdited | MessageDeleted)
-
-
 @dataclass(slots=True)
 class _Request:
     batch: Batch
     on_stored: Callable[[], None] | None = None
-    background: bool = False
     on_done: OnDone | None = None
     done: trio.Event | None = None  # for a sender that waits (`append`)
     result: Appended | Rejected | None = None
@@ -92,17 +77,10 @@ class Writer:
         store: EventStore,
         capacity: int,
         process: WriteProcess | None = None,
-        pace: Pace | None = None,
     ) -> None:
         self.store = store
         self.process = process
-        self.pace = Pace() if pace is None else pace
         self._send, self._receive = trio.open_memory_channel[_Request](capacity)
-        # Taken off the channel, waiting for a group. Background appends wait here
-        # longer; there are at most as many as tasks that write in the background,
-        # since each waits for its append before the next.
-        self._urgent: deque[_Request] = deque()
-        self._background: deque[_Request] = deque()
         self._commits = 0
         self._appends = 0
         self._events = 0
@@ -116,19 +94,15 @@ class Writer:
         stream: StreamId,
         events: Sequence[AnyEvent],
         on_stored: Callable[[], None] | None = None,
-        *,
-        background: bool = False,
     ) -> Appended:
         """Append `events` to `stream` atomically; raises Rejected if they do not fit.
 
         `on_stored` is called once they are durable, before any task that waits
         on the commit runs (and not if they are refused), so that what a caller
         keeps beside the store is never behind what another task reads there.
-        A `background` append (compression's lines) may wait for a few commits
-        while people's messages go first.
         """
         done = trio.Event()
-        request = _Request(Batch(stream, list(events)), on_stored, background, done=done)
+        request = _Request(Batch(stream, list(events)), on_stored, done=done)
         await self._put(request)
         await done.wait()
         if request.error is not None:
@@ -141,7 +115,7 @@ class Writer:
     async def append_later(
         self, stream: StreamId, events: Sequence[AnyEvent], on_done: OnDone
     ) -> Queued:
-        """Queue an urgent append and return before it is stored; it waits only for room.
+        """Queue an append and return before it is stored; it waits only for room.
 
         `on_done` is called once, when the commit that holds it is answered
         (before any task waiting on that commit runs): with the Appended, or
@@ -209,62 +183,26 @@ class Writer:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._answer_in_order, to_answer)
             async with self._receive, sent:
-                self.pace.start(trio.current_time())
                 while True:
-                    if not self._urgent:
-                        if not self._background:
-                            try:
-                                self._queue(await self._next_request())
-                            except trio.EndOfChannel:
-                                break
-                        elif (due := self.pace.due()) > trio.current_time():
-                            with trio.move_on_at(due):
-                                try:
-                                    self._queue(await self._receive.receive())
-                                except trio.EndOfChannel:
-                                    self.pace.closing = True
-                            continue  # something urgent came, or the lines may go
+                    try:
+                        first = await self._receive.receive()
+                    except trio.EndOfChannel:
+                        break
                     async with self._paused:
                         if self.process is None:
-                            await self._commit(self._next_group())
+                            await self._commit(self._next_group(first))
                             continue
                         await self._in_flight.acquire()  # the group is chosen once it can go
-                        await self._submit(self._next_group(), sent)
+                        await self._submit(self._next_group(first), sent)
 
-    async def _next_request(self) -> _Request:
-        """The next append to come. A burst's hold on the collector (eva.live.collector)
-        ends once nothing came for the pace's quiet spell: the burst is over."""
-        if held_in_burst():
-            with trio.move_on_after(self.pace.quiet_after_s):
-                return await self._receive.receive()
-            hold_in_burst(False)
-        return await self._receive.receive()
-
-    def _queue(self, request: _Request) -> None:
-        (self._background if request.background else self._urgent).append(request)
-
-    def _next_group(self) -> list[_Request]:
-        """Every urgent append waiting (up to MAX_GROUP), and the background ones the
-        pace allows."""
-        while True:
+    def _next_group(self, first: _Request) -> list[_Request]:
+        """`first` and every append waiting behind it, up to MAX_GROUP."""
+        group = [first]
+        while len(group) < MAX_GROUP:
             try:
-                self._queue(self._receive.receive_nowait())
+                group.append(self._receive.receive_nowait())
             except (trio.WouldBlock, trio.EndOfChannel):
                 break
-        urgent, background = self._urgent, self._background
-        group = [urgent.popleft() for _ in range(min(len(urgent), MAX_GROUP))]
-        people = 0
-        for request in group:
-            events = request.batch.events
-            if events and _by_people(events[0]):
-                people += len(events)
-        budget = self.pace.budget(trio.current_time(), people, bool(group), bool(background))
-        hold_in_burst(self.pace.busy)
-        taken = 0
-        while background and taken < budget:
-            request = background.popleft()
-            group.append(request)
-            taken += len(request.batch.events)
         for request in group:
             request.grouped = True
         return group
@@ -368,7 +306,6 @@ async def open_writer(
     store: EventStore,
     capacity: int = 1024,
     process: bool = False,
-    pace: Pace | None = None,
 ) -> AsyncIterator[Writer]:
     """A running writer; on exit it commits what was queued and stops.
 
@@ -376,7 +313,7 @@ async def open_writer(
     """
     backend = store.backend
     child = WriteProcess(backend.path) if process and isinstance(backend, LmdbBackend) else None
-    writer = Writer(store, capacity, child, pace)
+    writer = Writer(store, capacity, child)
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(writer.run)
