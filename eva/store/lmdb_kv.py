@@ -366,7 +366,7 @@ class LmdbBackend:
         (madvise MADV_DONTNEED on the read-only shared map) costs a later read only
         a fault, which finds them in the page cache. Linux only; elsewhere nothing.
         """
-        _release_mapping(self.path / DATA_FILE)
+        release_mapping(self.path / DATA_FILE)
 
     def close(self) -> None:
         with _open_lock:
@@ -476,8 +476,9 @@ def _copy_table(entries: Any, fresh: Any, table: Table) -> None:
 _MADV_DONTNEED = 4  # Linux
 
 
-def _release_mapping(data_file: Path) -> None:
-    """madvise(MADV_DONTNEED) on every mapping of `data_file` in this process."""
+def release_mapping(data_file: Path) -> None:
+    """madvise(MADV_DONTNEED) on every mapping of `data_file` in this process (see
+    `LmdbBackend.release_pages`)."""
     try:
         with open("/proc/self/maps", "rb") as maps:
             lines = maps.read().splitlines()
