@@ -6,7 +6,12 @@
 # `ready` projection, the queue the log itself keeps: nothing scans the tree.
 # Invariants: a line is written once per content (a task whose line exists is
 # skipped); a summarizer reply that is empty, too long or for another address
-# never lands; a task that keeps failing stays pending for the next run.
+# never lands; a task that keeps failing stays pending for the next run. What a
+# run holds follows a chunk of messages or merges, not the channel: lines are
+# appended as soon as they are made, in the order a run has always appended
+# them (leaves, then each round's glue, then each round's model lines), and
+# the lines it remembers are dropped after each chunk (`Run.forget_seen`); it
+# keeps the addresses of the merges still to look at, and its model tasks.
 from __future__ import annotations
 
 import logging
@@ -43,6 +48,11 @@ APPEND_CHUNK = 256
 """Lines appended together: the writer takes background work about this much at a time."""
 STEP_CHUNK = 256
 """Messages or merges looked at between two checkpoints, so a run never holds the loop long."""
+WORK_CHUNK = 4096
+"""Messages read, or merges glued, at a time: their lines are appended, then forgotten."""
+RELEASE_EVERY = 16
+"""Chunks between two releases of the store's mapped pages (a long run reads the whole
+channel; see LmdbBackend.release_pages)."""
 MAX_ATTEMPTS = 3
 
 
@@ -84,6 +94,7 @@ class Run:
     read: dict[Address, LineWritten] = field(default_factory=dict)
     absent: set[Address] = field(default_factory=set)
     unleafed: Mapping[int, StoredMessage] | None = None
+    chunks: int = 0
 
     def line(self, address: Address) -> LineWritten | None:
         """A line by address: one this run wrote, else the store's."""
@@ -94,6 +105,16 @@ class Run:
             self.prefetch([address])
             found = self.read.get(address)
         return found
+
+    def forget_seen(self) -> None:
+        """Drop the lines this run remembers, once every line it made is appended: what
+        it asks for again is read from the store."""
+        self.written.clear()
+        self.read.clear()
+        self.absent.clear()
+        self.chunks += 1
+        if self.chunks % RELEASE_EVERY == 0:
+            self.store.backend.release_pages()
 
     def _seen(self, address: Address) -> bool:
         return address in self.written or address in self.read or address in self.absent
@@ -168,13 +189,11 @@ async def compress(
     run = Run(store, stream, append, settings, now_ms, pause, unleafed=unleafed)
     await pause()
     candidates = {Address(start, size) for start, size in store.ready(stream)}
-    tasks, staged = await _leaves(run, upto)
-    candidates |= _parents_ready(run, staged)
+    tasks, ready = await _leaves(run, upto)
+    candidates |= ready
     queued = {task.address for task in tasks}
     while True:
-        glue_tasks, glued = await _glue(run, candidates, queued)
-        tasks.extend(glue_tasks)
-        await append_lines(run, [*staged, *glued])
+        tasks.extend(await _glue(run, candidates, queued))
         sending, tasks = _next_round(tasks, settings, urgent)
         if not sending:
             break
@@ -183,6 +202,8 @@ async def compress(
         queued -= {line_address(line) for line in staged}
         tasks.extend(retry)
         candidates = _parents_ready(run, staged)
+        await append_lines(run, staged)
+        run.forget_seen()
     run.stats.pending = len(run.given_up)
     run.stats.deferred = len(tasks)
     return run.stats
@@ -249,26 +270,33 @@ async def append_lines(run: Run, lines: list[LineWritten]) -> None:
         await run.pause()
 
 
-async def _leaves(run: Run, upto: int) -> tuple[list[Task], list[LineWritten]]:
-    """The verbatim leaves of messages before `upto` (staged) and the leaves that need a model."""
+async def _leaves(run: Run, upto: int) -> tuple[list[Task], set[Address]]:
+    """Append the verbatim leaves of messages before `upto`, a chunk of messages at a time;
+    the leaves that need a model, and the merges the leaves appended make ready."""
     meta = run.store.meta(run.stream)
     if meta is None:
-        return [], []
+        return [], set()
     stop = min(upto, meta.messages)
-    run.prefetch_leaves(meta.leaf_frontier, stop)
-    lines: list[LineWritten] = []
     tasks: list[Task] = []
-    for count, (index, message) in enumerate(_messages(run, meta.leaf_frontier, stop), 1):
-        if count % STEP_CHUNK == 0:
-            await run.pause()
-        if run.line(leaf(index)) is not None:
-            continue
-        work = leaf_of(run, index, message)
-        if isinstance(work, LeafTask):
-            tasks.append(work)
-        else:
-            lines.append(work)
-    return tasks, stage(run, lines)
+    ready: set[Address] = set()
+    for start in range(meta.leaf_frontier, stop, WORK_CHUNK):
+        end = min(start + WORK_CHUNK, stop)
+        run.prefetch_leaves(start, end)
+        lines: list[LineWritten] = []
+        for count, (index, message) in enumerate(_messages(run, start, end), 1):
+            if count % STEP_CHUNK == 0:
+                await run.pause()
+            if run.line(leaf(index)) is not None:
+                continue
+            work = leaf_of(run, index, message)
+            if isinstance(work, LeafTask):
+                tasks.append(work)
+            else:
+                lines.append(work)
+        ready |= _parents_ready(run, stage(run, lines))
+        await append_lines(run, lines)
+        run.forget_seen()
+    return tasks, ready
 
 
 def _messages(run: Run, start: int, stop: int) -> Iterable[tuple[int, StoredMessage]]:
@@ -311,35 +339,37 @@ def leaf_of(run: Run, index: int, message: StoredMessage) -> LineWritten | LeafT
     )
 
 
-async def _glue(
-    run: Run, candidates: set[Address], queued: set[Address]
-) -> tuple[list[Task], list[LineWritten]]:
-    """Glue every candidate merge that fits, and the parents that gluing completes.
+async def _glue(run: Run, candidates: set[Address], queued: set[Address]) -> list[Task]:
+    """Glue every candidate merge that fits, and the parents that gluing completes,
+    appending the glued lines a chunk of merges at a time.
 
-    Returns the merges that need a model (now in `queued`) and the glued lines (staged).
+    Returns the merges that need a model (now in `queued`).
     """
     tasks: list[Task] = []
-    glued: list[LineWritten] = []
     while candidates:
-        level: list[LineWritten] = []
-        run.prefetch(chain(candidates, *map(halves, candidates)))
         ordered = sorted(candidates, key=lambda a: (a.size, a.start))
-        for count, address in enumerate(ordered, 1):
-            if count % STEP_CHUNK == 0:
-                await run.pause()
-            if address in queued or address in run.given_up or run.line(address) is not None:
-                continue
-            left, right = halves_of(run, address)
-            work = glue_or_task(address, left.text, right.text, run.settings.line_limit)
-            if isinstance(work, MergeTask):
-                tasks.append(work)
-                queued.add(address)
-                continue
-            level.append(merged_line(run, address, left, right, work, "glue"))
-        run.stats.merges_glue += len(level)
-        glued.extend(stage(run, level))
-        candidates = _parents_ready(run, level)
-    return tasks, glued
+        candidates = set()
+        for first in range(0, len(ordered), WORK_CHUNK):
+            chunk = ordered[first : first + WORK_CHUNK]
+            level: list[LineWritten] = []
+            run.prefetch(chain(chunk, *map(halves, chunk)))
+            for count, address in enumerate(chunk, 1):
+                if count % STEP_CHUNK == 0:
+                    await run.pause()
+                if address in queued or address in run.given_up or run.line(address) is not None:
+                    continue
+                left, right = halves_of(run, address)
+                work = glue_or_task(address, left.text, right.text, run.settings.line_limit)
+                if isinstance(work, MergeTask):
+                    tasks.append(work)
+                    queued.add(address)
+                    continue
+                level.append(merged_line(run, address, left, right, work, "glue"))
+            run.stats.merges_glue += len(level)
+            candidates |= _parents_ready(run, stage(run, level))
+            await append_lines(run, level)
+            run.forget_seen()
+    return tasks
 
 
 def halves_of(run: Run, address: Address) -> tuple[LineWritten, LineWritten]:
