@@ -11,13 +11,16 @@
 # appended as soon as they are made, in the order a run has always appended
 # them (leaves, then each round's glue, then each round's model lines), and
 # the lines it remembers are dropped after each chunk (`Run.forget_seen`); it
-# keeps the addresses of the merges still to look at, and its model tasks.
+# keeps the addresses of the merges still to look at, and of the merges that
+# wait for a model (their halves are read again when they are sent: only this
+# run writes the stream's lines while it lasts), and the long messages' tasks.
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
+from typing import TypeAlias
 
 import trio
 
@@ -54,6 +57,10 @@ RELEASE_EVERY = 16
 """Chunks between two releases of the store's mapped pages (a long run reads the whole
 channel; see LmdbBackend.release_pages)."""
 MAX_ATTEMPTS = 3
+
+Waiting: TypeAlias = LeafTask | Address
+"""Work for a model: a long message's task, or the address of a merge (`MergeTask` made
+again from its halves when it is sent)."""
 
 
 @dataclass(slots=True)
@@ -189,18 +196,20 @@ async def compress(
     run = Run(store, stream, append, settings, now_ms, pause, unleafed=unleafed)
     await pause()
     candidates = {Address(start, size) for start, size in store.ready(stream)}
-    tasks, ready = await _leaves(run, upto)
+    leaf_tasks, ready = await _leaves(run, upto)
+    tasks: list[Waiting] = [*leaf_tasks]
     candidates |= ready
-    queued = {task.address for task in tasks}
+    queued = {task.address for task in leaf_tasks}
     while True:
         tasks.extend(await _glue(run, candidates, queued))
-        sending, tasks = _next_round(tasks, settings, urgent)
-        if not sending:
+        waiting, tasks = _next_round(tasks, settings, urgent)
+        if not waiting:
             break
+        sending = _tasks_of(run, waiting)
         retry, staged = await summarize_round(run, summarizer, sending, urgent)
         await pause()
         queued -= {line_address(line) for line in staged}
-        tasks.extend(retry)
+        tasks.extend(task if isinstance(task, LeafTask) else task.address for task in retry)
         candidates = _parents_ready(run, staged)
         await append_lines(run, staged)
         run.forget_seen()
@@ -209,9 +218,23 @@ async def compress(
     return run.stats
 
 
+def _tasks_of(run: Run, waiting: list[Waiting]) -> list[Task]:
+    """The tasks to send for work that waits: each merge's made from its halves."""
+    merges = [work for work in waiting if isinstance(work, Address)]
+    run.prefetch(chain.from_iterable(map(halves, merges)))
+    tasks: list[Task] = []
+    for work in waiting:
+        if isinstance(work, LeafTask):
+            tasks.append(work)
+            continue
+        left, right = halves_of(run, work)
+        tasks.append(MergeTask(address=work, left_text=left.text, right_text=right.text))
+    return tasks
+
+
 def _next_round(
-    tasks: list[Task], settings: MemorySettings, urgent: bool
-) -> tuple[list[Task], list[Task]]:
+    tasks: list[Waiting], settings: MemorySettings, urgent: bool
+) -> tuple[list[Waiting], list[Waiting]]:
     """The tasks to send now (leaves first), and those that wait."""
     per_request = settings.tasks_per_request
     round_size = per_request * settings.model_calls_in_flight
@@ -270,14 +293,14 @@ async def append_lines(run: Run, lines: list[LineWritten]) -> None:
         await run.pause()
 
 
-async def _leaves(run: Run, upto: int) -> tuple[list[Task], set[Address]]:
+async def _leaves(run: Run, upto: int) -> tuple[list[LeafTask], set[Address]]:
     """Append the verbatim leaves of messages before `upto`, a chunk of messages at a time;
     the leaves that need a model, and the merges the leaves appended make ready."""
     meta = run.store.meta(run.stream)
     if meta is None:
         return [], set()
     stop = min(upto, meta.messages)
-    tasks: list[Task] = []
+    tasks: list[LeafTask] = []
     ready: set[Address] = set()
     for start in range(meta.leaf_frontier, stop, WORK_CHUNK):
         end = min(start + WORK_CHUNK, stop)
@@ -339,13 +362,13 @@ def leaf_of(run: Run, index: int, message: StoredMessage) -> LineWritten | LeafT
     )
 
 
-async def _glue(run: Run, candidates: set[Address], queued: set[Address]) -> list[Task]:
+async def _glue(run: Run, candidates: set[Address], queued: set[Address]) -> list[Address]:
     """Glue every candidate merge that fits, and the parents that gluing completes,
     appending the glued lines a chunk of merges at a time.
 
     Returns the merges that need a model (now in `queued`).
     """
-    tasks: list[Task] = []
+    tasks: list[Address] = []
     while candidates:
         ordered = sorted(candidates, key=lambda a: (a.size, a.start))
         candidates = set()
@@ -361,7 +384,7 @@ async def _glue(run: Run, candidates: set[Address], queued: set[Address]) -> lis
                 left, right = halves_of(run, address)
                 work = glue_or_task(address, left.text, right.text, run.settings.line_limit)
                 if isinstance(work, MergeTask):
-                    tasks.append(work)
+                    tasks.append(address)
                     queued.add(address)
                     continue
                 level.append(merged_line(run, address, left, right, work, "glue"))

@@ -245,7 +245,12 @@ async def publish(
     if row_bytes(row, measured.get) > settings.row_high_bytes:
         await _measure_above(store, stream, row, tz, sizes, measured)
     result = sawtooth(
-        row, measured.get, measured.__contains__, settings.row_high_bytes, settings.row_low_bytes
+        row,
+        measured.get,
+        measured.__contains__,
+        settings.row_high_bytes,
+        settings.row_low_bytes,
+        record_merges=False,
     )
     for address in result.row:  # the row's lines, and those above that it may merge into
         while address in measured:
