@@ -5,7 +5,9 @@ read in place) written out `--repeat` times into one export, each copy with
 its message ids and times shifted past the one before, so it reads as one
 long channel with real message lengths. Each step runs as its own `eva`
 process, as an operator would run it; its peak memory is that process's
-maximum resident size. Beside it, sampled every 20 ms from /proc (Linux), the
+maximum resident size. (The export is written by a child process of its own:
+Linux counts in a child's maximum resident size what its parent held when it
+forked, so this process keeps small.) Beside it, sampled every 20 ms from /proc (Linux), the
 most it held of its own (anonymous) memory and of mapped file pages: the
 latter are the data file's pages in the kernel's cache, which a read maps and
 the kernel takes back when it needs them. The last line printed is a JSON
@@ -61,6 +63,13 @@ def write_export(target: Path, repeat: int) -> int:
                 count += 1
         out.write("\n]}\n")
     return count
+
+
+def _write_export_apart(target: Path, repeat: int) -> int:
+    """`write_export` in a child process, so that what it loads is never this process's."""
+    argv = [sys.executable, __file__, "--repeat", str(repeat), "--write-export", str(target)]
+    written = subprocess.run(argv, check=True, capture_output=True, text=True)
+    return int(written.stdout.split()[-1])
 
 
 def _ms(stamp: str) -> int:
@@ -126,7 +135,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=22, help="copies of the sample (22: ~1M)")
     parser.add_argument("--keep", type=Path, help="work in DIR and leave it there")
+    parser.add_argument("--write-export", type=Path, help=argparse.SUPPRESS)  # the child's part
     args = parser.parse_args()
+    if args.write_export is not None:
+        print(write_export(args.write_export, args.repeat))
+        return 0
     if not SAMPLE.exists():
         print(f"the shared sample is absent ({SAMPLE}); nothing to measure")
         return 0
@@ -135,7 +148,7 @@ def main() -> int:
         work.mkdir(parents=True, exist_ok=True)
         export, data = work / "million.json", work / "data"
         started = time.perf_counter()
-        messages = write_export(export, args.repeat)
+        messages = _write_export_apart(export, args.repeat)
         print(f"export of {messages:,} messages written in {time.perf_counter() - started:.0f} s")
         steps = {
             "import": run_step("import", ["import", str(export), "--data", str(data), "--quiet"]),

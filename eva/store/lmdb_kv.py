@@ -365,8 +365,20 @@ class LmdbBackend:
         its own. Those pages are the file's, cached by the kernel: unmapping them
         (madvise MADV_DONTNEED on the read-only shared map) costs a later read only
         a fault, which finds them in the page cache. Linux only; elsewhere nothing.
+        Safe from any thread: it counts itself in as a read does, so the map is not
+        resized or replaced meanwhile.
         """
-        release_mapping(self.path / DATA_FILE)
+        gate = self.gate
+        while True:
+            next(gate.entered)
+            if not gate.resizing:
+                break
+            next(gate.left)
+            gate.wait_resized()
+        try:
+            release_mapping(self.path / DATA_FILE)
+        finally:
+            next(gate.left)
 
     def close(self) -> None:
         with _open_lock:

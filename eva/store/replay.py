@@ -43,8 +43,8 @@ REBUILD_BATCH = 4096
 """Events applied to the scratch environment in one of its transactions."""
 COMPARE_CHUNK = 4096
 """Rows of a table compared and digested at a time."""
-RELEASE_EVERY = 4
-"""Batches or chunks between two releases of the mapped pages read (LmdbBackend.release_pages)."""
+RELEASE_BYTES = 4 << 20
+"""Bytes read between two releases of the mapped pages read (LmdbBackend.release_pages)."""
 _SCRATCH_MAP_BYTES = 1 << 40  # address space only: the file grows as it is written
 _ALL_KEYS = (b"", b"\xff" * 32)  # every key of a scratch table: it holds one stream
 
@@ -126,12 +126,11 @@ def _replay(
         events = live.scan("events", prefix, end)
         checker = ChainChecker(stream, live.scan(CHAIN, prefix, end)) if check_seals else None
         stored = events if checker is None else checker.follow(events)
-        for number, batch in enumerate(_batches(stored, REBUILD_BATCH), 1):
+        for batch in _batches(stored, REBUILD_BATCH):
             scratch.write(partial(_apply, live, stream, batch))
             if progress is not None:
                 progress(len(batch))
-            if number % RELEASE_EVERY == 0:
-                release()
+            release()  # the batch's postings touch pages all over the index
         log = None if checker is None else checker.finish()
         with scratch.reading() as rebuilt:
             meta = read_meta(rebuilt, stream)
@@ -189,33 +188,33 @@ def _table_digests(
     def rebuilt_rows() -> Iterator[tuple[bytes, bytes]]:
         return rebuilt.scan(table, *_ALL_KEYS)
 
-    live_count = _count(live_rows(), release)
-    rebuilt_count = _count(rebuilt_rows(), release)
+    live_count = sum(map(len, _chunks(live_rows(), release)))
+    rebuilt_count = sum(map(len, _chunks(rebuilt_rows(), release)))
     digest = _RowsDigest(live_count)
     same = live_count == rebuilt_count
     twin = rebuilt_rows()
-    for number, chunk in enumerate(_batches(live_rows(), COMPARE_CHUNK), 1):
+    for chunk in _chunks(live_rows(), release):
         digest.update(chunk)
         same = same and list(islice(twin, len(chunk))) == chunk
-        if number % RELEASE_EVERY == 0:
-            release()
     if same:
         return digest.finish(), digest.finish()
     other = _RowsDigest(rebuilt_count)
-    for number, chunk in enumerate(_batches(rebuilt_rows(), COMPARE_CHUNK), 1):
+    for chunk in _chunks(rebuilt_rows(), release):
         other.update(chunk)
-        if number % RELEASE_EVERY == 0:
-            release()
     return digest.finish(), other.finish()
 
 
-def _count(rows: Iterator[tuple[bytes, bytes]], release: Callable[[], None]) -> int:
-    count = 0
-    for number, chunk in enumerate(_batches(rows, COMPARE_CHUNK), 1):
-        count += len(chunk)
-        if number % RELEASE_EVERY == 0:
+def _chunks(
+    rows: Iterator[tuple[bytes, bytes]], release: Callable[[], None]
+) -> Iterator[list[tuple[bytes, bytes]]]:
+    """Rows a chunk at a time, the mapped pages released every RELEASE_BYTES read."""
+    read = 0
+    for chunk in _batches(rows, COMPARE_CHUNK):
+        yield chunk
+        read += sum(len(key) + len(value) for key, value in chunk)
+        if read >= RELEASE_BYTES:
             release()
-    return count
+            read = 0
 
 
 class _RowsDigest:
