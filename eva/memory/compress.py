@@ -51,11 +51,11 @@ APPEND_CHUNK = 256
 """Lines appended together: the writer takes background work about this much at a time."""
 STEP_CHUNK = 256
 """Messages or merges looked at between two checkpoints, so a run never holds the loop long."""
-WORK_CHUNK = 4096
+WORK_CHUNK = 1024
 """Messages read, or merges glued, at a time: their lines are appended, then forgotten."""
-RELEASE_EVERY = 16
-"""Chunks between two releases of the store's mapped pages (a long run reads the whole
-channel; see LmdbBackend.release_pages)."""
+RELEASE_AFTER = 1024
+"""Messages or merges worked through between two releases of the store's mapped pages
+(a long run reads the whole channel; see LmdbBackend.release_pages)."""
 MAX_ATTEMPTS = 3
 
 Waiting: TypeAlias = LeafTask | Address
@@ -101,7 +101,7 @@ class Run:
     read: dict[Address, LineWritten] = field(default_factory=dict)
     absent: set[Address] = field(default_factory=set)
     unleafed: Mapping[int, StoredMessage] | None = None
-    chunks: int = 0
+    worked: int = 0  # messages or merges worked through since the last release
 
     def line(self, address: Address) -> LineWritten | None:
         """A line by address: one this run wrote, else the store's."""
@@ -113,14 +113,15 @@ class Run:
             found = self.read.get(address)
         return found
 
-    def forget_seen(self) -> None:
-        """Drop the lines this run remembers, once every line it made is appended: what
-        it asks for again is read from the store."""
+    def forget_seen(self, worked: int) -> None:
+        """Drop the lines this run remembers, once every line it made is appended, after
+        `worked` more messages or merges: what it asks for again is read from the store."""
         self.written.clear()
         self.read.clear()
         self.absent.clear()
-        self.chunks += 1
-        if self.chunks % RELEASE_EVERY == 0:
+        self.worked += worked
+        if self.worked >= RELEASE_AFTER:
+            self.worked = 0
             self.store.backend.release_pages()
 
     def _seen(self, address: Address) -> bool:
@@ -212,7 +213,7 @@ async def compress(
         tasks.extend(task if isinstance(task, LeafTask) else task.address for task in retry)
         candidates = _parents_ready(run, staged)
         await append_lines(run, staged)
-        run.forget_seen()
+        run.forget_seen(len(sending))
     run.stats.pending = len(run.given_up)
     run.stats.deferred = len(tasks)
     return run.stats
@@ -318,7 +319,7 @@ async def _leaves(run: Run, upto: int) -> tuple[list[LeafTask], set[Address]]:
                 lines.append(work)
         ready |= _parents_ready(run, stage(run, lines))
         await append_lines(run, lines)
-        run.forget_seen()
+        run.forget_seen(end - start)
     return tasks, ready
 
 
@@ -391,7 +392,7 @@ async def _glue(run: Run, candidates: set[Address], queued: set[Address]) -> lis
             run.stats.merges_glue += len(level)
             candidates |= _parents_ready(run, stage(run, level))
             await append_lines(run, level)
-            run.forget_seen()
+            run.forget_seen(len(chunk))
     return tasks
 
 

@@ -28,7 +28,7 @@ from eva.store.event_store import EventStore
 
 READ_CHUNK = 1024
 """Lines measured between two checkpoints, read in one transaction."""
-RELEASE_EVERY = 64
+RELEASE_EVERY = 8
 """Chunks measured between two releases of the store's mapped pages (a build's first
 publish reads every line; see LmdbBackend.release_pages)."""
 
