@@ -5,7 +5,13 @@ read in place) written out `--repeat` times into one export, each copy with
 its message ids and times shifted past the one before, so it reads as one
 long channel with real message lengths. Each step runs as its own `eva`
 process, as an operator would run it; its peak memory is that process's
-maximum resident size. The last line printed is a JSON object.
+maximum resident size. (The export is written by a child process of its own:
+Linux counts in a child's maximum resident size what its parent held when it
+forked, so this process keeps small.) Beside it, sampled every 20 ms from /proc (Linux), the
+most it held of its own (anonymous) memory and of mapped file pages: the
+latter are the data file's pages in the kernel's cache, which a read maps and
+the kernel takes back when it needs them. The last line printed is a JSON
+object.
 
     python scripts/bench_million.py [--repeat 22] [--keep DIR]
 """
@@ -19,6 +25,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -58,6 +65,13 @@ def write_export(target: Path, repeat: int) -> int:
     return count
 
 
+def _write_export_apart(target: Path, repeat: int) -> int:
+    """`write_export` in a child process, so that what it loads is never this process's."""
+    argv = [sys.executable, __file__, "--repeat", str(repeat), "--write-export", str(target)]
+    written = subprocess.run(argv, check=True, capture_output=True, text=True)
+    return int(written.stdout.split()[-1])
+
+
 def _ms(stamp: str) -> int:
     from datetime import datetime
 
@@ -72,26 +86,60 @@ def _stamp(at_ms: int) -> str:
 
 
 def run_step(name: str, argv: list[str]) -> dict[str, float]:
-    """Run one `eva` command; its wall time and its peak resident memory."""
+    """Run one `eva` command; its wall time, its peak resident memory, and the most of it
+    that was its own and that was mapped file pages (sampled)."""
     started = time.perf_counter()
     child = subprocess.Popen(
         [sys.executable, "-m", "eva", *argv], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
+    sampled = {"RssAnon": 0, "RssFile": 0}
+    done = threading.Event()
+    sampler = threading.Thread(target=_sample, args=(child.pid, sampled, done), daemon=True)
+    sampler.start()
     _, status, usage = os.wait4(child.pid, 0)
+    done.set()
+    sampler.join()
     seconds = time.perf_counter() - started
     if status != 0:
         stderr = child.stderr.read().decode() if child.stderr else ""
         raise SystemExit(f"eva {name} failed: {stderr.strip()[-2000:]}")
     peak_mb = usage.ru_maxrss / 1024  # kilobytes on Linux
-    print(f"{name:<7} {seconds:7.1f} s  peak {peak_mb:7.0f} MB", flush=True)
-    return {"seconds": round(seconds, 2), "peak_mb": round(peak_mb)}
+    anon_mb, file_mb = sampled["RssAnon"] / 1024, sampled["RssFile"] / 1024
+    print(
+        f"{name:<7} {seconds:7.1f} s  peak {peak_mb:7.0f} MB  "
+        f"(own {anon_mb:5.0f} MB, mapped file {file_mb:5.0f} MB)",
+        flush=True,
+    )
+    return {
+        "seconds": round(seconds, 2),
+        "peak_mb": round(peak_mb),
+        "own_mb": round(anon_mb),
+        "file_mb": round(file_mb),
+    }
+
+
+def _sample(pid: int, peaks: dict[str, int], done: threading.Event) -> None:
+    """The highest RssAnon and RssFile (kB) of process `pid` until `done`."""
+    while not done.wait(0.02):
+        try:
+            with open(f"/proc/{pid}/status") as status:
+                for line in status:
+                    field, _, value = line.partition(":")
+                    if field in peaks:
+                        peaks[field] = max(peaks[field], int(value.split()[0]))
+        except (OSError, ValueError):  # gone, or not Linux
+            return
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=22, help="copies of the sample (22: ~1M)")
     parser.add_argument("--keep", type=Path, help="work in DIR and leave it there")
+    parser.add_argument("--write-export", type=Path, help=argparse.SUPPRESS)  # the child's part
     args = parser.parse_args()
+    if args.write_export is not None:
+        print(write_export(args.write_export, args.repeat))
+        return 0
     if not SAMPLE.exists():
         print(f"the shared sample is absent ({SAMPLE}); nothing to measure")
         return 0
@@ -100,7 +148,7 @@ def main() -> int:
         work.mkdir(parents=True, exist_ok=True)
         export, data = work / "million.json", work / "data"
         started = time.perf_counter()
-        messages = write_export(export, args.repeat)
+        messages = _write_export_apart(export, args.repeat)
         print(f"export of {messages:,} messages written in {time.perf_counter() - started:.0f} s")
         steps = {
             "import": run_step("import", ["import", str(export), "--data", str(data), "--quiet"]),

@@ -1,23 +1,30 @@
 # `eva import`: store a DiscordChatExporter JSON export as a channel's events.
 #
-# The shell around eva.core.dce: it reads the file, asks the store what it
-# already holds, and appends every new event in one `append` call, so an
-# import lands whole or not at all. A file that cannot be read or parsed is a
-# UserError, and the data directory is only opened once the export is known
-# to be good. Importing the same export twice adds nothing.
+# The shell around eva.core.dce and eva.core.dce_stream: it reads the file a
+# block at a time, asks the store what it already holds, and appends the new
+# events a chunk of messages at a time, so that what it holds follows a chunk
+# and not the export. A file that cannot be read or parsed is a UserError, and
+# the data directory is only opened once the whole export is known to be good.
+# Each chunk is a transaction of its own that leaves the store consistent: an
+# import cut short keeps the chunks it stored, and the same import run again
+# skips them and stores the rest, ending exactly where one run would have.
+# Importing the same export twice adds nothing.
 from __future__ import annotations
 
 import argparse
 import gzip
 import os
+import shutil
 import sys
+import tempfile
 import time
 import zlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, overload
+from typing import Any, BinaryIO
 
 from eva.cli.cmd_forget import finish_left_forgets
 from eva.cli.common import (
@@ -30,7 +37,17 @@ from eva.cli.common import (
     open_store,
     print_json,
 )
-from eva.core.dce import ExportError, KnownMessage, export_events, parse_export
+from eva.core.dce import (
+    ChannelExport,
+    ExportError,
+    ExportEvents,
+    KnownMessage,
+    Message,
+    channel_described,
+    parse_export,
+    utc_ms,
+)
+from eva.core.dce_stream import NotStreamable, export_chunks, outline_export
 from eva.core.events import AnyEvent, MessageEdited, MessagePosted
 from eva.core.forget import Forgotten
 from eva.core.keys import StreamId
@@ -39,7 +56,9 @@ from eva.store.event_store import EventStore
 from eva.store.no_gc import no_cyclic_gc
 
 GZIP_MAGIC = b"\x1f\x8b"
-PROGRESS_STEP = 4096
+READ_BLOCK = 1 << 20
+IMPORT_CHUNK = 8192
+"""Messages whose events are stored in one transaction."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +99,9 @@ def register(subparsers: Any) -> None:
         description=(
             "Store the messages of a DiscordChatExporter JSON export in the channel's "
             "event log. Messages already stored are skipped, changed ones recorded as "
-            "edits; the whole import is one transaction. A forget a crash left pending is "
+            "edits. The export is checked whole before anything is stored, then stored "
+            f"{IMPORT_CHUNK} messages a transaction: an import cut short is finished by "
+            "running it again. A forget a crash left pending is "
             "finished first (--settings: the memory settings its lines are made again with)."
         ),
     )
@@ -108,12 +129,36 @@ def run(args: argparse.Namespace) -> int:
 
 
 def import_file(data: Path, export_path: Path, *, quiet: bool = True) -> ImportReport:
-    """Import one export file into the data directory `data` (created if needed)."""
+    """Import one export file into the data directory `data` (created if needed).
+
+    The export is read twice, a chunk of messages at a time (eva.core.dce_stream):
+    once to check all of it, then to store it. One it cannot read so is read
+    whole (`import_bytes`), which says what is wrong with it.
+    """
     started = time.perf_counter()
-    with no_cyclic_gc():
-        raw = read_export(export_path)
     named = Path("standard input") if str(export_path) == "-" else export_path
-    return import_bytes(data, raw, named, quiet=quiet, started=started)
+    with no_cyclic_gc(), _export_source(export_path) as blocks:
+        try:
+            outline = outline_export(blocks(), IMPORT_CHUNK)
+        except NotStreamable:
+            raw = b"".join(blocks())
+            return import_bytes(data, raw, named, quiet=quiet, started=started)
+        chunks = _read_again(export_chunks(blocks(), outline.chunks), named)
+        return _store(
+            data, outline.head, outline.latest_ms, outline.messages, chunks, named, quiet, started
+        )
+
+
+def _read_again(
+    chunks: Iterator[tuple[Message, ...]], export_path: Path
+) -> Iterator[tuple[Message, ...]]:
+    try:
+        yield from chunks
+    except NotStreamable:
+        raise UserError(
+            f"cannot import {export_path}: it changed while it was read; what was read of it "
+            "is stored, and importing it again takes up the rest"
+        ) from None
 
 
 def import_bytes(
@@ -132,27 +177,62 @@ def import_bytes(
         except ExportError as error:
             raise UserError(f"cannot import {export_path}: {error}") from None
         del raw
-        stream = export.stream
-        store = open_store(data, must_exist=False, write=True)
-        stored_meta = store.meta(stream)
-        forgotten = Forgotten(stored_meta.forgotten if stored_meta is not None else {})
-        skipped = 0
+        latest = max((utc_ms(m.timestamp) for m in export.messages), default=None)
+        messages = export.messages
+        chunks = (
+            messages[start : start + IMPORT_CHUNK]
+            for start in range(0, len(messages), IMPORT_CHUNK)
+        )
+        return _store(data, export, latest, len(messages), chunks, export_path, quiet, started)
 
-        def skip(author_id: int, at_ms: int) -> bool:
-            nonlocal skipped
-            if forgotten(author_id, at_ms):
-                skipped += 1
-                return True
-            return False
 
-        events = export_events(export, stored_meta, _known_in(store, stream), skip)
-        if events:
-            _append(store, stream, events, export_path, quiet)
+def _store(
+    data: Path,
+    head: ChannelExport,
+    latest_ms: int | None,
+    total: int,
+    chunks: Iterable[Sequence[Message]],
+    export_path: Path,
+    quiet: bool,
+    started: float,
+) -> ImportReport:
+    """Store a checked export's messages, given a chunk at a time, each chunk's events in
+    a transaction of their own (the channel's description goes with the first)."""
+    stream = head.stream
+    store = open_store(data, must_exist=False, write=True)
+    stored_meta = store.meta(stream)
+    forgotten = Forgotten(stored_meta.forgotten if stored_meta is not None else {})
+    skipped = 0
+
+    def skip(author_id: int, at_ms: int) -> bool:
+        nonlocal skipped
+        if forgotten(author_id, at_ms):
+            skipped += 1
+            return True
+        return False
+
+    making = ExportEvents(stored_meta, _known_in(store, stream), skip)
+    described = channel_described(head, latest_ms, stored_meta)
+    waiting: list[AnyEvent] = [] if described is None else [described]
+    added = edited = 0
+    authors: set[str] = set()
+    progress = Progress("import", total, sys.stderr, quiet=quiet)
+    try:
+        for chunk in chunks:
+            events = waiting + making.of(chunk)
+            waiting = []
+            authors.update(m.author.id for m in chunk)
+            added += sum(isinstance(e, MessagePosted) for e in events)
+            edited += sum(isinstance(e, MessageEdited) for e in events)
+            _append(store, stream, events, export_path)
+            store.backend.release_pages()
+            progress.advance(len(chunk))
+        _append(store, stream, waiting, export_path)
+    finally:
+        progress.close()
     meta = store.meta(stream)
     assert meta is not None
-    added = sum(isinstance(e, MessagePosted) for e in events)
-    edited = sum(isinstance(e, MessageEdited) for e in events)
-    distinct = len({int(m.id) for m in export.messages})
+    distinct = len(making.seen)
     return ImportReport(
         file=str(export_path),
         stream=str(stream),
@@ -164,49 +244,77 @@ def import_bytes(
         edited=edited,
         already_present=distinct - added - edited - skipped,
         skipped_forgotten=skipped,
-        repeated_in_export=len(export.messages) - distinct,
+        repeated_in_export=total - distinct,
         messages=meta.messages,
         first_ms=meta.first_ms if meta.messages else None,
         last_ms=meta.last_ms if meta.messages else None,
-        authors=len({m.author.id for m in export.messages}),
+        authors=len(authors),
         data_dir=str(data),
         data_dir_bytes=directory_bytes(data),
         seconds=round(time.perf_counter() - started, 3),
     )
 
 
-def _append(
-    store: EventStore, stream: StreamId, events: list[AnyEvent], export_path: Path, quiet: bool
-) -> None:
-    progress = Progress("import", len(events), sys.stderr, quiet=quiet)
+def _append(store: EventStore, stream: StreamId, events: list[AnyEvent], export_path: Path) -> None:
+    if not events:
+        return
     try:
-        store.append(stream, _Reporting(events, progress))
+        store.append(stream, events)
     except Rejected as error:
         raise UserError(f"cannot import {export_path}: the store refused it: {error}") from None
-    finally:
-        progress.close()
 
 
 def read_export(path: Path) -> bytes:
     """The export's JSON bytes; gzip data is unpacked, whatever the file is named."""
+    with _export_source(path) as blocks:
+        return b"".join(blocks())
+
+
+@contextmanager
+def _export_source(path: Path) -> Iterator[Callable[[], Iterator[bytes]]]:
+    """A way to read the export's JSON bytes from the start, block by block, as often as
+    needed (standard input is kept in a temporary file for that); gzip data is unpacked,
+    whatever the file is named. A file that cannot be read is a UserError."""
+    if str(path) != "-":
+        yield lambda: _blocks(lambda: path.open("rb"), path)
+        return
+    with tempfile.TemporaryFile() as spool:
+        shutil.copyfileobj(sys.stdin.buffer, spool, READ_BLOCK)  # looked up now: capture swaps it
+
+        def rewound() -> AbstractContextManager[BinaryIO]:
+            spool.seek(0)
+            return nullcontext(spool)
+
+        yield lambda: _blocks(rewound, path)
+
+
+def _blocks(
+    open_file: Callable[[], AbstractContextManager[BinaryIO]], path: Path
+) -> Iterator[bytes]:
     try:
-        data = sys.stdin.buffer.read() if str(path) == "-" else path.read_bytes()
+        with open_file() as file:
+            packed = file.read(len(GZIP_MAGIC))
+            if packed == GZIP_MAGIC:
+                file.seek(0)
+                with gzip.GzipFile(fileobj=file) as unpacked:
+                    while block := unpacked.read(READ_BLOCK):
+                        yield block
+                return
+            if path.suffix == ".gz":
+                raise UserError(f"{path} is named .gz but is not gzip data")
+            yield packed
+            while block := file.read(READ_BLOCK):
+                yield block
     except FileNotFoundError:
         raise UserError(f"no such file: {path}") from None
     except IsADirectoryError:
         raise UserError(f"{path} is a directory, not an export file") from None
+    except EOFError:
+        raise UserError(f"{path}: the gzip data is truncated") from None
+    except (gzip.BadGzipFile, zlib.error) as error:
+        raise UserError(f"{path}: the gzip data is corrupt ({error})") from None
     except OSError as error:
         raise UserError(f"cannot read {path}: {error.strerror or error}") from None
-    if data.startswith(GZIP_MAGIC):
-        try:
-            return gzip.decompress(data)
-        except EOFError:
-            raise UserError(f"{path}: the gzip data is truncated") from None
-        except (gzip.BadGzipFile, zlib.error) as error:
-            raise UserError(f"{path}: the gzip data is corrupt ({error})") from None
-    if path.suffix == ".gz":
-        raise UserError(f"{path} is named .gz but is not gzip data")
-    return data
 
 
 def directory_bytes(path: Path) -> int:
@@ -261,30 +369,3 @@ def _iso(ms: int | None) -> str | None:
     moment = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=ms)
     return moment.isoformat(timespec="milliseconds")
 
-
-class _Reporting(Sequence[AnyEvent]):
-    """The events to append, moving a progress bar as the store reads them."""
-
-    def __init__(self, events: list[AnyEvent], progress: Progress) -> None:
-        self._events = events
-        self._progress = progress
-
-    def __len__(self) -> int:
-        return len(self._events)
-
-    @overload
-    def __getitem__(self, index: int) -> AnyEvent: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> Sequence[AnyEvent]: ...
-
-    def __getitem__(self, index: int | slice) -> AnyEvent | Sequence[AnyEvent]:
-        return self._events[index]
-
-    def __iter__(self) -> Iterator[AnyEvent]:
-        # The store may run its write again (after growing the map): start over.
-        self._progress.done = 0
-        events = self._events
-        for start in range(0, len(events), PROGRESS_STEP):
-            yield from events[start : start + PROGRESS_STEP]
-            self._progress.advance(min(PROGRESS_STEP, len(events) - start))

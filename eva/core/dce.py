@@ -13,14 +13,17 @@
 #   or invalid UTF-8) is refused, never repaired: the log stores UTF-8;
 # - the Structs are not tracked by the cyclic GC (they hold no cycles), which
 #   keeps decoding a large export fast;
-# - `export_events` never posts a message id twice: ids already stored, and
-#   repeated ids inside one export (the first wins), post nothing, so importing
-#   the same export again adds nothing.
+# - `export_events` (and `ExportEvents`, which gives them a chunk of messages at
+#   a time) never posts a message id twice: ids already stored, and repeated ids
+#   inside one export (the first wins), post nothing, so importing the same
+#   export again adds nothing.
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterator
+from array import array
+from bisect import bisect_left
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
@@ -158,51 +161,104 @@ def export_events(
     `skip(author_id, at_ms)` is true (a forgotten person's, eva.core.forget.Forgotten)
     is left out.
     """
-    events: list[AnyEvent] = []
-    described = _described(export, meta)
-    if described is not None:
-        events.append(described)
-    next_index = 0 if meta is None else meta.messages
-    lookup = known if next_index else None
-    seen: set[int] = set()
-    for message in export.messages:
-        message_id = int(message.id)
-        if message_id in seen:
-            continue
-        seen.add(message_id)
-        stored = None if lookup is None else lookup(message_id)
-        if stored is None:
-            if skip is not None and skip(int(message.author.id), utc_ms(message.timestamp)):
-                continue
-            events.append(_posted(message, message_id, next_index))
-            next_index += 1
-            continue
-        attachments = attachment_names(message)
-        if stored.deleted or (
-            stored.content == message.content and stored.attachments == attachments
-        ):
-            continue
-        edited_at = message.timestamp_edited or message.timestamp
-        events.append(
-            MessageEdited(
-                at_ms=utc_ms(edited_at),
-                index=stored.index,
-                message_id=message_id,
-                content=message.content,
-                attachments=attachments,
-            )
-        )
+    latest = max((utc_ms(m.timestamp) for m in export.messages), default=None)
+    described = channel_described(export, latest, meta)
+    events: list[AnyEvent] = [] if described is None else [described]
+    events += ExportEvents(meta, known, skip).of(export.messages)
     return events
 
 
-def _described(export: ChannelExport, meta: StreamMeta | None) -> ChannelDescribed | None:
+class SeenIds:
+    """A set of message ids that holds 8 bytes an id while they come in ascending order,
+    as an export lists them (one out of order is kept in a plain set)."""
+
+    def __init__(self) -> None:
+        self._ascending = array("Q")
+        self._others: set[int] = set()
+
+    def add(self, message_id: int) -> bool:
+        """Add an id; whether it was new."""
+        ascending = self._ascending
+        if not ascending or message_id > ascending[-1]:
+            ascending.append(message_id)
+            return True
+        at = bisect_left(ascending, message_id)
+        if (at < len(ascending) and ascending[at] == message_id) or message_id in self._others:
+            return False
+        self._others.add(message_id)
+        return True
+
+    def __len__(self) -> int:
+        return len(self._ascending) + len(self._others)
+
+
+class ExportEvents:
+    """The events of an export's messages, given a chunk at a time (`export_events`
+    without the channel's description): what it remembers across chunks is the next
+    index and the ids seen, so a repeated id posts nothing however far apart its
+    copies are."""
+
+    def __init__(
+        self,
+        meta: StreamMeta | None,
+        known: Callable[[int], KnownMessage | None],
+        skip: Callable[[int, int], bool] | None = None,
+    ) -> None:
+        self.next_index = 0 if meta is None else meta.messages
+        # Only a stream that held messages before can know one: those posted from
+        # here on are in `seen`.
+        self._lookup = known if self.next_index else None
+        self._skip = skip
+        self.seen = SeenIds()
+
+    def of(self, messages: Iterable[Message]) -> list[AnyEvent]:
+        """The events of the next messages of the export, in its order."""
+        events: list[AnyEvent] = []
+        lookup, skip, seen = self._lookup, self._skip, self.seen
+        for message in messages:
+            message_id = int(message.id)
+            if not seen.add(message_id):
+                continue
+            stored = None if lookup is None else lookup(message_id)
+            if stored is None:
+                if skip is not None and skip(int(message.author.id), utc_ms(message.timestamp)):
+                    continue
+                events.append(_posted(message, message_id, self.next_index))
+                self.next_index += 1
+                continue
+            attachments = attachment_names(message)
+            if stored.deleted or (
+                stored.content == message.content and stored.attachments == attachments
+            ):
+                continue
+            edited_at = message.timestamp_edited or message.timestamp
+            events.append(
+                MessageEdited(
+                    at_ms=utc_ms(edited_at),
+                    index=stored.index,
+                    message_id=message_id,
+                    content=message.content,
+                    attachments=attachments,
+                )
+            )
+        return events
+
+
+def channel_described(
+    export: ChannelExport, latest_ms: int | None, meta: StreamMeta | None
+) -> ChannelDescribed | None:
+    """The event that names the channel, if the stored names differ from the export's.
+
+    `latest_ms` is the latest time a message of the export was posted at (None
+    for none): the event's time when the export does not say when it was made.
+    """
     guild_name, channel_name = export.guild.name, export.channel.name
     if meta is not None and (meta.guild_name, meta.channel_name) == (guild_name, channel_name):
         return None
     if export.exported_at is not None:
         at_ms = utc_ms(export.exported_at)
-    elif export.messages:
-        at_ms = max(utc_ms(m.timestamp) for m in export.messages)
+    elif latest_ms is not None:
+        at_ms = latest_ms
     else:
         at_ms = 0 if meta is None else meta.last_ms
     stream = export.stream

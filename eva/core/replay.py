@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from itertools import islice
 
 from eva.core import keys
 from eva.core.digest import TableDigests, combined_digest, table_digest
@@ -14,47 +13,37 @@ from eva.core.events import MessagePosted, decode_event
 from eva.core.keys import DISCORD_IDS, PROJECTION_TABLES, StreamId, Table
 from eva.core.memtables import MemoryTables
 from eva.core.projection import Projector
-from eva.core.recall_index import PostingBuffer
 from eva.core.tables import Tables
 
 ProjectionRows = dict[Table, list[tuple[bytes, bytes]]]
-
-# Events applied between two hand-overs of the recall index's changes.
-POSTINGS_BATCH = 4096
-
 
 def rebuild(
     stream: StreamId,
     stored_events: Iterable[tuple[bytes, bytes]],
     progress: Callable[[int], None] | None = None,
-    write_postings: Callable[[PostingBuffer], None] | None = None,
 ) -> MemoryTables:
-    """The projections of one stream, applied from its first event on.
+    """The projections of one stream, applied from its first event on, in memory.
 
     `stored_events` are the stream's entries of the events table, (key,
     stored bytes) in key order. The tables hold that stream's entries and
-    nothing else. Given `write_postings`, the recall index's changes go to it
-    instead, one buffer per `POSTINGS_BATCH` events, and the tables hold no
-    postings.
+    nothing else. (`eva replay` rebuilds into a scratch environment instead,
+    eva.store.replay, so that a long stream is not held whole.)
     """
     tables = MemoryTables()
-    events = iter(stored_events)
-    batch_size = None if write_postings is None else POSTINGS_BATCH
-    while batch := list(islice(events, batch_size)):
-        postings = None if write_postings is None else PostingBuffer()
-        projector = Projector(tables, postings)
-        _apply(tables, projector, stream, batch)
-        projector.flush()
-        if write_postings is not None and postings is not None:
-            write_postings(postings)
-        if progress is not None:
-            progress(len(batch))
+    events = list(stored_events)
+    projector = Projector(tables)
+    apply_stored(tables, projector, stream, events)
+    projector.flush()
+    if progress is not None:
+        progress(len(events))
     return tables
 
 
-def _apply(
-    tables: MemoryTables, projector: Projector, stream: StreamId, events: list[tuple[bytes, bytes]]
+def apply_stored(
+    tables: Tables, projector: Projector, stream: StreamId, events: list[tuple[bytes, bytes]]
 ) -> None:
+    """Apply a stream's stored events, (key, stored bytes) one after the other, writing
+    them into `tables` too."""
     # The projector reads earlier events (an edit, its message); later ones
     # being there already changes nothing.
     tables.put_many("events", events)

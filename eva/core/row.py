@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import heapq
+from array import array
 from collections.abc import Callable, Sequence
 from fractions import Fraction
 from typing import NamedTuple
@@ -127,16 +128,22 @@ def sawtooth(
     has_line: HasLine,
     high: int = HIGH_MARK_BYTES,
     low: int = LOW_MARK_BYTES,
+    *,
+    record_merges: bool = True,
 ) -> SawtoothResult:
     """Merge by priority once the rendered row passes `high`, until it is at most `low`.
 
     Makes exactly the merges that repeated `merge_most_due` would make. Stops
     early, leaving the rest for the next publish, when no pair has its parent.
+    Without `record_merges` the result's `merges` is empty (a build's first
+    publish merges about once per message, and needs only the row). The work
+    is held in arrays and the heap in one integer a pair, so a row of a
+    million leaves costs tens of bytes a leaf.
     """
     if low > high:
         raise ValueError(f"the low mark {low} is above the high mark {high}")
     entries = list(row)
-    sizes = [line_bytes(address) for address in entries]
+    sizes = array("q", map(line_bytes, entries))
     total = sum(sizes) + max(len(entries) - 1, 0)
     if total <= high:
         return SawtoothResult(entries, (), False, total)
@@ -145,11 +152,14 @@ def sawtooth(
     scale_bits = _scale_bits(covered)
     count = len(entries)
     # A doubly linked list over positions; a merge keeps the older node for the parent.
-    newer_of = list(range(1, count + 1))
-    older_of = list(range(-1, count - 1))
-    alive = [True] * count
-    # Heap items: (-due key, start, older node, newer node, older address).
-    heap: list[tuple[int, int, int, int, Address]] = []
+    newer_of = array("q", range(1, count + 1))
+    older_of = array("q", range(-1, count - 1))
+    alive = bytearray(b"\x01") * count
+    # Heap items: (bound - due key, start, older node) packed into one integer, so that
+    # integer order is the order of those triples; the newer node is the older's
+    # neighbour (each entry is in at most one pair).
+    bound = 1 << (2 * scale_bits + 1)  # above every due key
+    heap: list[int] = []
 
     def offer(older_node: int, newer_node: int) -> None:
         if older_node < 0 or newer_node >= count:
@@ -157,16 +167,26 @@ def sawtooth(
         older = entries[older_node]
         if is_pair(older, entries[newer_node]) and has_line(parent(older)):
             key = _due_key(last(older) + older.size, level(older.size), covered, scale_bits)
-            heapq.heappush(heap, (-key, older.start, older_node, newer_node, older))
+            heapq.heappush(heap, (bound - key) << 128 | older.start << 64 | older_node)
 
     for node in range(count - 1):
         offer(node, node + 1)
 
     merges: list[Address] = []
+    mask = (1 << 64) - 1
     while total > low and heap:
-        _, _, older_node, newer_node, older = heapq.heappop(heap)
-        # Each entry is in at most one pair, so items never go stale; checked anyway.
-        if not (alive[older_node] and alive[newer_node] and entries[older_node] == older):
+        item = heapq.heappop(heap)
+        older_node = item & mask
+        newer_node = newer_of[older_node]
+        older = entries[older_node]
+        # Items never go stale (each entry is in at most one pair); checked anyway.
+        if not (
+            alive[older_node]
+            and newer_node < count
+            and alive[newer_node]
+            and older.start == (item >> 64) & mask
+            and is_pair(older, entries[newer_node])
+        ):
             continue
         merged = parent(older)
         total -= sizes[older_node] + sizes[newer_node] + 1
@@ -178,7 +198,8 @@ def sawtooth(
         newer_of[older_node] = after
         if after < count:
             older_of[after] = older_node
-        merges.append(merged)
+        if record_merges:
+            merges.append(merged)
         offer(older_of[older_node], older_node)
         offer(older_node, after)
 

@@ -6,13 +6,21 @@
 # `ready` projection, the queue the log itself keeps: nothing scans the tree.
 # Invariants: a line is written once per content (a task whose line exists is
 # skipped); a summarizer reply that is empty, too long or for another address
-# never lands; a task that keeps failing stays pending for the next run.
+# never lands; a task that keeps failing stays pending for the next run. What a
+# run holds follows a chunk of messages or merges, not the channel: lines are
+# appended as soon as they are made, in the order a run has always appended
+# them (leaves, then each round's glue, then each round's model lines), and
+# the lines it remembers are dropped after each chunk (`Run.forget_seen`); it
+# keeps the addresses of the merges still to look at, and of the merges that
+# wait for a model (their halves are read again when they are sent: only this
+# run writes the stream's lines while it lasts), and the long messages' tasks.
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
+from typing import TypeAlias
 
 import trio
 
@@ -43,7 +51,16 @@ APPEND_CHUNK = 256
 """Lines appended together: the writer takes background work about this much at a time."""
 STEP_CHUNK = 256
 """Messages or merges looked at between two checkpoints, so a run never holds the loop long."""
+WORK_CHUNK = 1024
+"""Messages read, or merges glued, at a time: their lines are appended, then forgotten."""
+RELEASE_AFTER = 1024
+"""Messages or merges worked through between two releases of the store's mapped pages
+(a long run reads the whole channel; see LmdbBackend.release_pages)."""
 MAX_ATTEMPTS = 3
+
+Waiting: TypeAlias = LeafTask | Address
+"""Work for a model: a long message's task, or the address of a merge (`MergeTask` made
+again from its halves when it is sent)."""
 
 
 @dataclass(slots=True)
@@ -84,6 +101,7 @@ class Run:
     read: dict[Address, LineWritten] = field(default_factory=dict)
     absent: set[Address] = field(default_factory=set)
     unleafed: Mapping[int, StoredMessage] | None = None
+    worked: int = 0  # messages or merges worked through since the last release
 
     def line(self, address: Address) -> LineWritten | None:
         """A line by address: one this run wrote, else the store's."""
@@ -94,6 +112,17 @@ class Run:
             self.prefetch([address])
             found = self.read.get(address)
         return found
+
+    def forget_seen(self, worked: int) -> None:
+        """Drop the lines this run remembers, once every line it made is appended, after
+        `worked` more messages or merges: what it asks for again is read from the store."""
+        self.written.clear()
+        self.read.clear()
+        self.absent.clear()
+        self.worked += worked
+        if self.worked >= RELEASE_AFTER:
+            self.worked = 0
+            self.store.backend.release_pages()
 
     def _seen(self, address: Address) -> bool:
         return address in self.written or address in self.read or address in self.absent
@@ -168,29 +197,45 @@ async def compress(
     run = Run(store, stream, append, settings, now_ms, pause, unleafed=unleafed)
     await pause()
     candidates = {Address(start, size) for start, size in store.ready(stream)}
-    tasks, staged = await _leaves(run, upto)
-    candidates |= _parents_ready(run, staged)
-    queued = {task.address for task in tasks}
+    leaf_tasks, ready = await _leaves(run, upto)
+    tasks: list[Waiting] = [*leaf_tasks]
+    candidates |= ready
+    queued = {task.address for task in leaf_tasks}
     while True:
-        glue_tasks, glued = await _glue(run, candidates, queued)
-        tasks.extend(glue_tasks)
-        await append_lines(run, [*staged, *glued])
-        sending, tasks = _next_round(tasks, settings, urgent)
-        if not sending:
+        tasks.extend(await _glue(run, candidates, queued))
+        waiting, tasks = _next_round(tasks, settings, urgent)
+        if not waiting:
             break
+        sending = _tasks_of(run, waiting)
         retry, staged = await summarize_round(run, summarizer, sending, urgent)
         await pause()
         queued -= {line_address(line) for line in staged}
-        tasks.extend(retry)
+        tasks.extend(task if isinstance(task, LeafTask) else task.address for task in retry)
         candidates = _parents_ready(run, staged)
+        await append_lines(run, staged)
+        run.forget_seen(len(sending))
     run.stats.pending = len(run.given_up)
     run.stats.deferred = len(tasks)
     return run.stats
 
 
+def _tasks_of(run: Run, waiting: list[Waiting]) -> list[Task]:
+    """The tasks to send for work that waits: each merge's made from its halves."""
+    merges = [work for work in waiting if isinstance(work, Address)]
+    run.prefetch(chain.from_iterable(map(halves, merges)))
+    tasks: list[Task] = []
+    for work in waiting:
+        if isinstance(work, LeafTask):
+            tasks.append(work)
+            continue
+        left, right = halves_of(run, work)
+        tasks.append(MergeTask(address=work, left_text=left.text, right_text=right.text))
+    return tasks
+
+
 def _next_round(
-    tasks: list[Task], settings: MemorySettings, urgent: bool
-) -> tuple[list[Task], list[Task]]:
+    tasks: list[Waiting], settings: MemorySettings, urgent: bool
+) -> tuple[list[Waiting], list[Waiting]]:
     """The tasks to send now (leaves first), and those that wait."""
     per_request = settings.tasks_per_request
     round_size = per_request * settings.model_calls_in_flight
@@ -249,26 +294,33 @@ async def append_lines(run: Run, lines: list[LineWritten]) -> None:
         await run.pause()
 
 
-async def _leaves(run: Run, upto: int) -> tuple[list[Task], list[LineWritten]]:
-    """The verbatim leaves of messages before `upto` (staged) and the leaves that need a model."""
+async def _leaves(run: Run, upto: int) -> tuple[list[LeafTask], set[Address]]:
+    """Append the verbatim leaves of messages before `upto`, a chunk of messages at a time;
+    the leaves that need a model, and the merges the leaves appended make ready."""
     meta = run.store.meta(run.stream)
     if meta is None:
-        return [], []
+        return [], set()
     stop = min(upto, meta.messages)
-    run.prefetch_leaves(meta.leaf_frontier, stop)
-    lines: list[LineWritten] = []
-    tasks: list[Task] = []
-    for count, (index, message) in enumerate(_messages(run, meta.leaf_frontier, stop), 1):
-        if count % STEP_CHUNK == 0:
-            await run.pause()
-        if run.line(leaf(index)) is not None:
-            continue
-        work = leaf_of(run, index, message)
-        if isinstance(work, LeafTask):
-            tasks.append(work)
-        else:
-            lines.append(work)
-    return tasks, stage(run, lines)
+    tasks: list[LeafTask] = []
+    ready: set[Address] = set()
+    for start in range(meta.leaf_frontier, stop, WORK_CHUNK):
+        end = min(start + WORK_CHUNK, stop)
+        run.prefetch_leaves(start, end)
+        lines: list[LineWritten] = []
+        for count, (index, message) in enumerate(_messages(run, start, end), 1):
+            if count % STEP_CHUNK == 0:
+                await run.pause()
+            if run.line(leaf(index)) is not None:
+                continue
+            work = leaf_of(run, index, message)
+            if isinstance(work, LeafTask):
+                tasks.append(work)
+            else:
+                lines.append(work)
+        ready |= _parents_ready(run, stage(run, lines))
+        await append_lines(run, lines)
+        run.forget_seen(end - start)
+    return tasks, ready
 
 
 def _messages(run: Run, start: int, stop: int) -> Iterable[tuple[int, StoredMessage]]:
@@ -311,35 +363,37 @@ def leaf_of(run: Run, index: int, message: StoredMessage) -> LineWritten | LeafT
     )
 
 
-async def _glue(
-    run: Run, candidates: set[Address], queued: set[Address]
-) -> tuple[list[Task], list[LineWritten]]:
-    """Glue every candidate merge that fits, and the parents that gluing completes.
+async def _glue(run: Run, candidates: set[Address], queued: set[Address]) -> list[Address]:
+    """Glue every candidate merge that fits, and the parents that gluing completes,
+    appending the glued lines a chunk of merges at a time.
 
-    Returns the merges that need a model (now in `queued`) and the glued lines (staged).
+    Returns the merges that need a model (now in `queued`).
     """
-    tasks: list[Task] = []
-    glued: list[LineWritten] = []
+    tasks: list[Address] = []
     while candidates:
-        level: list[LineWritten] = []
-        run.prefetch(chain(candidates, *map(halves, candidates)))
         ordered = sorted(candidates, key=lambda a: (a.size, a.start))
-        for count, address in enumerate(ordered, 1):
-            if count % STEP_CHUNK == 0:
-                await run.pause()
-            if address in queued or address in run.given_up or run.line(address) is not None:
-                continue
-            left, right = halves_of(run, address)
-            work = glue_or_task(address, left.text, right.text, run.settings.line_limit)
-            if isinstance(work, MergeTask):
-                tasks.append(work)
-                queued.add(address)
-                continue
-            level.append(merged_line(run, address, left, right, work, "glue"))
-        run.stats.merges_glue += len(level)
-        glued.extend(stage(run, level))
-        candidates = _parents_ready(run, level)
-    return tasks, glued
+        candidates = set()
+        for first in range(0, len(ordered), WORK_CHUNK):
+            chunk = ordered[first : first + WORK_CHUNK]
+            level: list[LineWritten] = []
+            run.prefetch(chain(chunk, *map(halves, chunk)))
+            for count, address in enumerate(chunk, 1):
+                if count % STEP_CHUNK == 0:
+                    await run.pause()
+                if address in queued or address in run.given_up or run.line(address) is not None:
+                    continue
+                left, right = halves_of(run, address)
+                work = glue_or_task(address, left.text, right.text, run.settings.line_limit)
+                if isinstance(work, MergeTask):
+                    tasks.append(address)
+                    queued.add(address)
+                    continue
+                level.append(merged_line(run, address, left, right, work, "glue"))
+            run.stats.merges_glue += len(level)
+            candidates |= _parents_ready(run, stage(run, level))
+            await append_lines(run, level)
+            run.forget_seen(len(chunk))
+    return tasks
 
 
 def halves_of(run: Run, address: Address) -> tuple[LineWritten, LineWritten]:

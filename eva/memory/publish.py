@@ -5,9 +5,12 @@
 # row only grows at its end, which keeps the provider's prompt cache warm.
 # The lines the sawtooth may read are measured first, a chunk at a time with a
 # checkpoint between chunks, so a publish of thousands of new leaves never holds
-# the trio loop (and a reply waiting on it) for long.
+# the trio loop (and a reply waiting on it) for long. Their sizes are held in an
+# array a level (`MeasuredLines`): a build's first publish measures every line
+# of the channel, a million leaves and as many lines above them.
 from __future__ import annotations
 
+from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import tzinfo
@@ -23,8 +26,11 @@ from eva.core.settings import MemorySettings
 from eva.memory.compress import Append
 from eva.store.event_store import EventStore
 
-MEASURE_CHUNK = 256
-"""Lines measured between two checkpoints."""
+READ_CHUNK = 1024
+"""Lines measured between two checkpoints, read in one transaction."""
+RELEASE_EVERY = 8
+"""Chunks measured between two releases of the store's mapped pages (a build's first
+publish reads every line; see LmdbBackend.release_pages)."""
 
 
 @dataclass(slots=True)
@@ -122,6 +128,42 @@ class LineSizes:
         for address, line in store.lines(stream, missing).items():
             self._keep(address, line, tz)
 
+    def sizes_of(
+        self, store: EventStore, stream: StreamId, addresses: Sequence[Address], tz: tzinfo
+    ) -> list[int | None]:
+        """The rendered bytes of the line at each of `addresses` (None where none is
+        written): those remembered, the rest read in one transaction and not remembered
+        (a publish remembers those of its row, `remember`)."""
+        self.use_zone(tz)
+        sizes, pending = self.sizes, self.pending
+        found: list[int | None] = []
+        missing: list[Address] = []
+        for address in addresses:
+            size = sizes.get(address)
+            if size is None:
+                line = pending.get(address)
+                if line is None:
+                    missing.append(address)
+                else:
+                    size = utf8_size(
+                        render_line(address, line.text, line.first_ms, line.last_ms, tz)
+                    )
+            found.append(size)
+        if not missing:
+            return found
+        read = {
+            address: utf8_size(render_line(address, line.text, line.first_ms, line.last_ms, tz))
+            for address, line in store.lines(stream, missing).items()
+        }
+        return [read.get(address) if size is None else size for address, size in zip(
+            addresses, found, strict=True
+        )]
+
+    def remember(self, address: Address, size: int) -> None:
+        """Remember the size a publish measured of a line not waiting to be rendered."""
+        if address not in self.pending:
+            self.sizes[address] = size
+
     def learn(self, lines: Iterable[LineWritten]) -> None:
         """Remember lines as they are written, so a publish need not read them back.
 
@@ -195,12 +237,25 @@ async def publish(
     current = store.published_row(stream)
     old_row = addresses_of(current.entries) if current is not None else []
     row = append_leaves(old_row, meta.leaf_frontier)
-    known = await _measure_row(store, stream, row, tz, sizes)
-    if row_bytes(row, known.__getitem__) > settings.row_high_bytes:
-        await _measure_above(store, stream, known, tz, sizes)
+    measured = MeasuredLines()
+    written = await _measure(store, stream, row, tz, sizes, measured)
+    if len(written) < len(row):
+        missing = next(address for address in row if address not in measured)
+        raise LookupError(f"{stream}: row line {missing} is missing")
+    if row_bytes(row, measured.get) > settings.row_high_bytes:
+        await _measure_above(store, stream, row, tz, sizes, measured)
     result = sawtooth(
-        row, known.__getitem__, known.__contains__, settings.row_high_bytes, settings.row_low_bytes
+        row,
+        measured.get,
+        measured.__contains__,
+        settings.row_high_bytes,
+        settings.row_low_bytes,
+        record_merges=False,
     )
+    for address in result.row:  # the row's lines, and those above that it may merge into
+        while address in measured:
+            sizes.remember(address, measured.get(address))
+            address = parent(address)
     sizes.keep(result.row)
     sizes.fill(store, stream, result.row, tz)  # the texts the prompt reads, in one transaction
     event = RowPublished(
@@ -214,37 +269,81 @@ async def publish(
     return event
 
 
-async def _measure_row(
-    store: EventStore, stream: StreamId, row: Sequence[Address], tz: tzinfo, sizes: LineSizes
-) -> dict[Address, int]:
-    """The rendered bytes of each line of `row` (all written)."""
-    sizes.fill(store, stream, row, tz, sizes_only=True)  # new lines, in one transaction
-    known: dict[Address, int] = {}
-    for count, address in enumerate(row, 1):
-        known[address] = sizes.measure(store, stream, address, tz)
-        if count % MEASURE_CHUNK == 0:
-            await trio.lowlevel.checkpoint()
-    return known
+class MeasuredLines:
+    """The rendered bytes of lines, by address, in an array a level: a few bytes a line
+    where a dict would take about a hundred."""
+
+    def __init__(self) -> None:
+        self._levels: list[array[int]] = []
+
+    def put(self, address: Address, size: int) -> None:
+        level = address.size.bit_length() - 1
+        while len(self._levels) <= level:
+            self._levels.append(array("i"))
+        sizes = self._levels[level]
+        at = address.start >> level
+        if at >= len(sizes):
+            sizes.extend(_UNKNOWN * (at + 1 - len(sizes)))
+        sizes[at] = size
+
+    def get(self, address: Address) -> int:
+        """The bytes of a measured line; KeyError if it was not measured."""
+        size = self._size(address)
+        if size < 0:
+            raise KeyError(address)
+        return size
+
+    def __contains__(self, address: Address) -> bool:
+        return self._size(address) >= 0
+
+    def _size(self, address: Address) -> int:
+        level = address.size.bit_length() - 1
+        if level >= len(self._levels):
+            return -1
+        sizes = self._levels[level]
+        at = address.start >> level
+        return sizes[at] if at < len(sizes) else -1
+
+
+_UNKNOWN = array("i", [-1])
+
+
+async def _measure(
+    store: EventStore,
+    stream: StreamId,
+    addresses: Sequence[Address],
+    tz: tzinfo,
+    sizes: LineSizes,
+    measured: MeasuredLines,
+) -> list[Address]:
+    """Measure the lines at `addresses`, a chunk at a time; those that are written."""
+    written: list[Address] = []
+    for number, first in enumerate(range(0, len(addresses), READ_CHUNK), 1):
+        chunk = addresses[first : first + READ_CHUNK]
+        for address, size in zip(chunk, sizes.sizes_of(store, stream, chunk, tz), strict=True):
+            if size is not None:
+                measured.put(address, size)
+                written.append(address)
+        if number % RELEASE_EVERY == 0:
+            store.backend.release_pages()
+        await trio.lowlevel.checkpoint()
+    return written
 
 
 async def _measure_above(
-    store: EventStore, stream: StreamId, known: dict[Address, int], tz: tzinfo, sizes: LineSizes
+    store: EventStore,
+    stream: StreamId,
+    row: Sequence[Address],
+    tz: tzinfo,
+    sizes: LineSizes,
+    measured: MeasuredLines,
 ) -> None:
-    """Add to `known` every written line above its lines, level by level.
+    """Measure every written line above the lines of `row`, level by level.
 
     A merge needs its parent's line, so these are all the lines a sawtooth from
-    those lines can reach: `known` then answers both its questions.
+    those lines can reach: `measured` then answers both its questions.
     """
-    level = list(known)
+    level: Sequence[Address] = row
     while level:
-        above = sorted({parent(address) for address in level} - known.keys())
-        level = []
-        for first in range(0, len(above), MEASURE_CHUNK):
-            chunk = above[first : first + MEASURE_CHUNK]
-            sizes.fill(store, stream, chunk, tz, sizes_only=True)
-            for address in chunk:
-                size = sizes.sizes.get(address)
-                if size is not None:  # else not written yet
-                    known[address] = size
-                    level.append(address)
-            await trio.lowlevel.checkpoint()
+        above = sorted({parent(address) for address in level if parent(address) not in measured})
+        level = await _measure(store, stream, above, tz, sizes, measured)

@@ -27,4 +27,9 @@ class Backend(Protocol):
         """Run `work` in one write transaction and commit it durably."""
         ...
 
+    def release_pages(self) -> None:
+        """Let go of what reads left resident that the backend can read again (LMDB's
+        mapped pages); a long read calls it now and then, between transactions."""
+        ...
+
     def close(self) -> None: ...

@@ -8,10 +8,15 @@
 #   new ones back until it is done; a map another process grew is adopted the
 #   same way;
 # - stale reader slots left by a killed process are cleared at open;
-# - the same directory opened twice in one process gives the same environment.
+# - the same directory opened twice in one process gives the same environment;
+# - `release_pages` only drops this process's view of pages it read through the
+#   map; their bytes stay in the file and the page cache, and the next read maps
+#   them again.
 from __future__ import annotations
 
+import ctypes
 import errno
+import functools
 import os
 import shutil
 import threading
@@ -359,6 +364,30 @@ class LmdbBackend:
         size: int = self.env.info()["map_size"]
         return size
 
+    def release_pages(self) -> None:
+        """Let go of the pages of the data file this process has read through LMDB's map.
+
+        Every page a read touches stays in the process's resident memory until the
+        kernel needs it back, so a command that reads a whole large directory
+        (replay, a build, an import's growing tree) would count the whole file as
+        its own. Those pages are the file's, cached by the kernel: unmapping them
+        (madvise MADV_DONTNEED on the read-only shared map) costs a later read only
+        a fault, which finds them in the page cache. Linux only; elsewhere nothing.
+        Safe from any thread: it counts itself in as a read does, so the map is not
+        resized or replaced meanwhile.
+        """
+        gate = self.gate
+        while True:
+            next(gate.entered)
+            if not gate.resizing:
+                break
+            next(gate.left)
+            gate.wait_resized()
+        try:
+            release_mapping(self.path / DATA_FILE)
+        finally:
+            next(gate.left)
+
     def close(self) -> None:
         with _open_lock:
             _open_backends.pop((str(self.path.resolve()), self.readonly), None)
@@ -462,6 +491,36 @@ def _copy_table(entries: Any, fresh: Any, table: Table) -> None:
     while chunk := list(islice(pending, COPY_CHUNK)):
         with fresh.begin(write=True, db=db) as writing:
             writing.cursor().putmulti(chunk, append=True)
+
+
+_MADV_DONTNEED = 4  # Linux
+
+
+def release_mapping(data_file: Path) -> None:
+    """madvise(MADV_DONTNEED) on every mapping of `data_file` in this process (see
+    `LmdbBackend.release_pages`)."""
+    try:
+        with open("/proc/self/maps", "rb") as maps:
+            lines = maps.read().splitlines()
+    except OSError:
+        return
+    name = os.fsencode(str(data_file))
+    libc = _libc()
+    if libc is None:
+        return
+    for line in lines:
+        fields = line.split(maxsplit=5)
+        if len(fields) == 6 and fields[5] == name:
+            low, high = (int(part, 16) for part in fields[0].split(b"-"))
+            libc.madvise(ctypes.c_void_p(low), ctypes.c_size_t(high - low), _MADV_DONTNEED)
+
+
+@functools.cache
+def _libc() -> Any:
+    try:
+        return ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
 
 
 def _fsync_file(path: Path) -> None:

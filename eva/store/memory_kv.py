@@ -30,5 +30,8 @@ class MemoryBackend:
         overlay.commit()
         return result
 
+    def release_pages(self) -> None:
+        pass  # the tables are the memory itself
+
     def close(self) -> None:
         pass

@@ -2,42 +2,51 @@
 #
 # One read transaction per stream, so the events and the live projections it
 # compares are the same snapshot even while a writer keeps appending. The
-# log's seals are checked as the rebuild reads it (eva.core.chain). A long
-# stream's recall index is rebuilt by an index worker process from the index
-# changes this process hands it, while this process rebuilds the rest and
-# digests the live tables; the two halves meet in the digests. A short
-# stream is all done here: starting a worker would cost more than it saves.
-# `repair_stream` writes a rebuild over the live projection tables that differ
-# from it (after a projection's layout changed, or damage), in one write that
-# first checks the log still ends where the rebuild read it.
+# log's seals are checked as the rebuild reads it (eva.core.chain). What a
+# replay holds follows a batch of events and a chunk of rows, not the stream:
+# the rebuild is written into a scratch LMDB environment of its own (in a
+# temporary directory, removed after), a batch of events a transaction, while
+# the events the projections read back come from the live log. Then each
+# projection table is walked beside its rebuilt twin a chunk of rows at a
+# time, compared and digested as it goes (eva.core.digest's digests, the same
+# bytes). `repair_stream` writes a rebuild over the live projection tables that
+# differ from it (after a projection's layout changed, or damage), in one write
+# that first checks the log still ends where the rebuild read it.
 from __future__ import annotations
 
-from collections.abc import Callable
+import hashlib
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
+from itertools import islice
+from pathlib import Path
+from typing import Any
 
+import lmdb
 import msgspec
 
 from eva.core import keys
 from eva.core.chain import ChainCheck, ChainChecker, check_stream
-from eva.core.digest import (
-    TableDigests,
-    combined_digest,
-    differing_tables,
-    encoded_digest,
-    encoded_rows,
-)
+from eva.core.digest import TableDigests, combined_digest, differing_tables
 from eva.core.events import decode_event
-from eva.core.keys import CHAIN, DISCORD_IDS, PROJECTION_TABLES, StreamId
-from eva.core.projection import Rejected, read_meta
-from eva.core.recall_index import POSTINGS
-from eva.core.replay import discord_id_rows, projection_rows, rebuild, rebuilt_digests
+from eva.core.keys import ALL_TABLES, CHAIN, DISCORD_IDS, EVENTS, PROJECTION_TABLES, StreamId, Table
+from eva.core.projection import Projector, Rejected, read_meta
+from eva.core.replay import apply_stored, projection_rows, rebuild
 from eva.core.tables import Tables
 from eva.store.event_store import EventStore
-from eva.store.index_worker import IndexWorker, open_index_worker
+from eva.store.lmdb_kv import DATA_FILE, LmdbTables, release_mapping
 from eva.store.no_gc import no_cyclic_gc
 
-# From this many events on, a stream's recall index is rebuilt in a worker.
-INDEX_WORKER_MIN_EVENTS = 16384
+REBUILD_BATCH = 4096
+"""Events applied to the scratch environment in one of its transactions."""
+COMPARE_CHUNK = 4096
+"""Rows of a table compared and digested at a time."""
+RELEASE_BYTES = 4 << 20
+"""Bytes read between two releases of the mapped pages read (LmdbBackend.release_pages)."""
+_SCRATCH_MAP_BYTES = 1 << 40  # address space only: the file grows as it is written
+_ALL_KEYS = (b"", b"\xff" * 32)  # every key of a scratch table: it holds one stream
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +76,6 @@ def replay_stream(
     progress: Callable[[int], None] | None = None,
     *,
     check_seals: bool = True,
-    index_worker_min_events: int = INDEX_WORKER_MIN_EVENTS,
 ) -> ReplayResult:
     """Rebuild one stream's projections from its events and compare with the live ones,
     checking the log's seals on the way (eva.core.chain) unless told not to.
@@ -75,13 +83,9 @@ def replay_stream(
     A log that cannot be replayed (an event that does not decode, or one the
     projections refuse) gives a result that says which event, never an error.
     """
-    meta = store.meta(stream)
     try:
-        with no_cyclic_gc():
-            if meta is None or meta.position < index_worker_min_events:
-                return _replay(store, stream, progress, None, check_seals)
-            with open_index_worker() as worker:
-                return _replay(store, stream, progress, worker, check_seals)
+        with no_cyclic_gc(), _scratch() as scratch:
+            return _replay(store, stream, scratch, progress, check_seals)
     except (msgspec.DecodeError, msgspec.ValidationError, Rejected) as error:
         return _damaged(store, stream, error)
 
@@ -107,74 +111,215 @@ def _damaged(store: EventStore, stream: StreamId, error: Exception) -> ReplayRes
 def _replay(
     store: EventStore,
     stream: StreamId,
+    scratch: _Scratch,
     progress: Callable[[int], None] | None,
-    worker: IndexWorker | None,
     check_seals: bool,
 ) -> ReplayResult:
-    events, live, rebuilt, log = _rebuild_and_digest(store, stream, progress, worker, check_seals)
-    if worker is not None:  # the postings were rebuilt there
-        rebuilt[POSTINGS] = worker.compare() or live[POSTINGS]
+    prefix = keys.stream_prefix(stream)
+    end = keys.prefix_end(prefix)
+
+    def release() -> None:
+        store.backend.release_pages()
+        scratch.release_pages()
+
+    with store.backend.reading() as live:
+        events = live.scan("events", prefix, end)
+        checker = ChainChecker(stream, live.scan(CHAIN, prefix, end)) if check_seals else None
+        stored = events if checker is None else checker.follow(events)
+        for batch in _batches(stored, REBUILD_BATCH):
+            scratch.write(partial(_apply, live, stream, batch))
+            if progress is not None:
+                progress(len(batch))
+            release()  # the batch's postings touch pages all over the index
+        log = None if checker is None else checker.finish()
+        with scratch.reading() as rebuilt:
+            meta = read_meta(rebuilt, stream)
+            digests = {
+                table: _table_digests(live, rebuilt, stream, table, release)
+                for table in PROJECTION_TABLES
+            }
+    live_digests: TableDigests = {table: pair[0] for table, pair in digests.items()}
+    rebuilt_digests: TableDigests = {table: pair[1] for table, pair in digests.items()}
     return ReplayResult(
         stream=stream,
-        events=events,
-        live_digest=combined_digest(live),
-        rebuilt_digest=combined_digest(rebuilt),
-        differing=tuple(differing_tables(live, rebuilt)),
+        events=0 if meta is None else meta.position,
+        live_digest=combined_digest(live_digests),
+        rebuilt_digest=combined_digest(rebuilt_digests),
+        differing=tuple(differing_tables(live_digests, rebuilt_digests)),
         log=log,
     )
 
 
-def _rebuild_and_digest(
-    store: EventStore,
+def _batches(
+    stored: Iterable[tuple[bytes, bytes]], size: int
+) -> Iterator[list[tuple[bytes, bytes]]]:
+    entries = iter(stored)
+    while batch := list(islice(entries, size)):
+        yield batch
+
+
+def _apply(
+    live: Tables, stream: StreamId, batch: list[tuple[bytes, bytes]], rebuilt: Tables
+) -> None:
+    tables = _Rebuilding(live, rebuilt)
+    projector = Projector(tables)
+    apply_stored(tables, projector, stream, batch)
+    projector.flush()
+
+
+def _table_digests(
+    live: Tables,
+    rebuilt: Tables,
     stream: StreamId,
-    progress: Callable[[int], None] | None,
-    worker: IndexWorker | None,
-    check_seals: bool,
-) -> tuple[int, TableDigests, TableDigests, ChainCheck | None]:
-    """Events applied, live and rebuilt digests, the seals' verdict: all but the
-    worker's part.
+    table: Table,
+    release: Callable[[], None],
+) -> tuple[bytes, bytes]:
+    """The digests of one projection table of the stream, live and rebuilt, each as
+    eva.core.digest.table_digest gives them, found a chunk of rows at a time."""
 
-    The tables it builds are dropped when it returns, while the worker may
-    still be finishing.
-    """
-    prefix = keys.stream_prefix(stream)
-    end = keys.prefix_end(prefix)
-    with store.backend.reading() as tables:
-        # The live rows first, so that the worker reads the live postings while
-        # the rebuild here is under way, and only compares once it has the last
-        # of its buffers. The stream's Discord ids are looked up afterwards, under
-        # the keys the rebuild made (found without reading the log twice).
-        live_rows = projection_rows(tables, stream, discord_ids=())
-        encoded = {table: encoded_rows(rows) for table, rows in live_rows.items()}
-        if worker is not None:
-            worker.send_live(encoded[POSTINGS])
-        events = tables.scan("events", prefix, end)
-        checker = ChainChecker(stream, tables.scan(CHAIN, prefix, end)) if check_seals else None
-        rebuilt_tables = rebuild(
-            stream,
-            events if checker is None else checker.follow(events),
-            progress,
-            None if worker is None else worker.write,
+    def live_rows() -> Iterator[tuple[bytes, bytes]]:
+        if table != DISCORD_IDS:
+            prefix = keys.stream_prefix(stream)
+            return live.scan(table, prefix, keys.prefix_end(prefix))
+        # A stream's ids do not sit together: looked up under the keys the rebuild made.
+        made = (key for key, _ in rebuilt.scan(DISCORD_IDS, *_ALL_KEYS))
+        return ((key, value) for key in made if (value := live.get(DISCORD_IDS, key)) is not None)
+
+    def rebuilt_rows() -> Iterator[tuple[bytes, bytes]]:
+        return rebuilt.scan(table, *_ALL_KEYS)
+
+    live_count = sum(map(len, _chunks(live_rows(), release)))
+    rebuilt_count = sum(map(len, _chunks(rebuilt_rows(), release)))
+    digest = _RowsDigest(live_count)
+    same = live_count == rebuilt_count
+    twin = rebuilt_rows()
+    for chunk in _chunks(live_rows(), release):
+        digest.update(chunk)
+        same = same and list(islice(twin, len(chunk))) == chunk
+    if same:
+        return digest.finish(), digest.finish()
+    other = _RowsDigest(rebuilt_count)
+    for chunk in _chunks(rebuilt_rows(), release):
+        other.update(chunk)
+    return digest.finish(), other.finish()
+
+
+def _chunks(
+    rows: Iterator[tuple[bytes, bytes]], release: Callable[[], None]
+) -> Iterator[list[tuple[bytes, bytes]]]:
+    """Rows a chunk at a time, the mapped pages released every RELEASE_BYTES read."""
+    read = 0
+    for chunk in _batches(rows, COMPARE_CHUNK):
+        yield chunk
+        read += sum(len(key) + len(value) for key, value in chunk)
+        if read >= RELEASE_BYTES:
+            release()
+            read = 0
+
+
+class _RowsDigest:
+    """eva.core.digest.table_digest of rows given a chunk at a time, their count known:
+    the SHA-256 of the msgpack array that `encoded_rows` makes of them all."""
+
+    def __init__(self, count: int) -> None:
+        self._hash = hashlib.sha256(_array_header(count))
+
+    def update(self, rows: list[tuple[bytes, bytes]]) -> None:
+        encoded = msgspec.msgpack.encode(rows)
+        self._hash.update(memoryview(encoded)[len(_array_header(len(rows))) :])
+
+    def finish(self) -> bytes:
+        return self._hash.digest()
+
+
+def _array_header(count: int) -> bytes:
+    """The msgpack header of an array of `count` items."""
+    if count < 16:
+        return bytes([0x90 | count])
+    if count < 1 << 16:
+        return b"\xdc" + count.to_bytes(2, "big")
+    return b"\xdd" + count.to_bytes(4, "big")
+
+
+class _Rebuilding:
+    """The tables a rebuild writes: the scratch environment's, with the live log's events
+    (the projections read earlier events back; the log is there already, so the
+    rebuild writes none)."""
+
+    def __init__(self, live: Tables, rebuilt: Tables) -> None:
+        self._live = live
+        self._rebuilt = rebuilt
+
+    def _of(self, table: Table) -> Tables:
+        return self._live if table == EVENTS else self._rebuilt
+
+    def get(self, table: Table, key: bytes) -> bytes | None:
+        return self._of(table).get(table, key)
+
+    def put(self, table: Table, key: bytes, value: bytes) -> None:
+        if table != EVENTS:
+            self._rebuilt.put(table, key, value)
+
+    def put_many(self, table: Table, entries: Iterable[tuple[bytes, bytes]]) -> None:
+        if table != EVENTS:
+            self._rebuilt.put_many(table, entries)
+
+    def delete(self, table: Table, key: bytes) -> None:
+        if table != EVENTS:
+            self._rebuilt.delete(table, key)
+
+    def holds_any(self, table: Table, keys: Iterable[bytes]) -> bool:
+        return self._of(table).holds_any(table, keys)
+
+    def transaction_id(self) -> int | None:
+        return None
+
+    def scan(self, table: Table, start: bytes, stop: bytes) -> Iterator[tuple[bytes, bytes]]:
+        return self._of(table).scan(table, start, stop)
+
+
+class _Scratch:
+    """A throwaway LMDB environment: no syncing, one stream's rebuilt projections."""
+
+    def __init__(self, path: Path) -> None:
+        self._file = path / DATA_FILE
+        self._env = lmdb.open(
+            str(path),
+            map_size=_SCRATCH_MAP_BYTES,
+            max_dbs=len(ALL_TABLES) + 4,
+            sync=False,
+            metasync=False,
+            lock=False,
+            readahead=False,
         )
-        log = None if checker is None else checker.finish()
-        made = (key for key, _ in rebuilt_tables.rows(DISCORD_IDS))
-        live_rows[DISCORD_IDS] = discord_id_rows(tables, stream, made)
-        encoded[DISCORD_IDS] = encoded_rows(live_rows[DISCORD_IDS])
-    if worker is not None:
-        _prepare_the_latest(worker)
-        worker.ask_compare()  # it compares while the digests are made here
-    live: TableDigests = {table: encoded_digest(data) for table, data in encoded.items()}
-    rebuilt = rebuilt_digests(rebuilt_tables, live_rows, live)
-    meta = read_meta(rebuilt_tables, stream)
-    return 0 if meta is None else meta.position, live, rebuilt, log
+        self._dbs: dict[Table, Any] = {
+            table: self._env.open_db(table.encode()) for table in ALL_TABLES
+        }
+
+    def write(self, work: Callable[[Tables], None]) -> None:
+        with self._env.begin(write=True) as txn:
+            work(LmdbTables(txn, self._dbs))
+
+    @contextmanager
+    def reading(self) -> Iterator[Tables]:
+        with self._env.begin(buffers=False) as txn:
+            yield LmdbTables(txn, self._dbs)
+
+    def release_pages(self) -> None:
+        release_mapping(self._file)
+
+    def close(self) -> None:
+        self._env.close()
 
 
-def _prepare_the_latest(worker: IndexWorker) -> None:
-    """Prepare here the buffers the worker has not started, from the latest back,
-    until it has started them all: the two processes meet about in the middle."""
-    while (taken := worker.take_last()) is not None:
-        slot, postings = taken
-        worker.fill(slot, postings.prepare())
+@contextmanager
+def _scratch() -> Iterator[_Scratch]:
+    with tempfile.TemporaryDirectory(prefix="eva-replay-") as folder:
+        scratch = _Scratch(Path(folder))
+        try:
+            yield scratch
+        finally:
+            scratch.close()
 
 
 class LogMovedError(RuntimeError):
