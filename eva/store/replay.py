@@ -277,6 +277,9 @@ class _Rebuilding:
     def scan(self, table: Table, start: bytes, stop: bytes) -> Iterator[tuple[bytes, bytes]]:
         return self._of(table).scan(table, start, stop)
 
+    def first_key(self, table: Table, start: bytes, stop: bytes) -> bytes | None:
+        return self._of(table).first_key(table, start, stop)
+
 
 class _Scratch:
     """A throwaway LMDB environment: no syncing, one stream's rebuilt projections."""
