@@ -32,6 +32,7 @@ from eva.core.chain import ChainCheck, ChainChecker, check_stream
 from eva.core.digest import TableDigests, combined_digest, differing_tables
 from eva.core.events import decode_event
 from eva.core.keys import ALL_TABLES, CHAIN, DISCORD_IDS, EVENTS, PROJECTION_TABLES, StreamId, Table
+from eva.core.memtables import MemoryTables
 from eva.core.projection import Projector, Rejected, read_meta
 from eva.core.replay import apply_stored, projection_rows, rebuild
 from eva.core.tables import Tables
@@ -41,6 +42,9 @@ from eva.store.no_gc import no_cyclic_gc
 
 REBUILD_BATCH = 4096
 """Events applied to the scratch environment in one of its transactions."""
+MEMORY_REBUILD_EVENTS = 16384
+"""A stream of fewer events is rebuilt in memory (a few MB at most), not in a scratch
+environment on disk."""
 COMPARE_CHUNK = 4096
 """Rows of a table compared and digested at a time."""
 RELEASE_BYTES = 4 << 20
@@ -83,8 +87,10 @@ def replay_stream(
     A log that cannot be replayed (an event that does not decode, or one the
     projections refuse) gives a result that says which event, never an error.
     """
+    meta = store.meta(stream)
+    short = meta is None or meta.position < MEMORY_REBUILD_EVENTS
     try:
-        with no_cyclic_gc(), _scratch() as scratch:
+        with no_cyclic_gc(), (_in_memory() if short else _scratch()) as scratch:
             return _replay(store, stream, scratch, progress, check_seals)
     except (msgspec.DecodeError, msgspec.ValidationError, Rejected) as error:
         return _damaged(store, stream, error)
@@ -111,7 +117,7 @@ def _damaged(store: EventStore, stream: StreamId, error: Exception) -> ReplayRes
 def _replay(
     store: EventStore,
     stream: StreamId,
-    scratch: _Scratch,
+    scratch: _Scratch | _MemoryScratch,
     progress: Callable[[int], None] | None,
     check_seals: bool,
 ) -> ReplayResult:
@@ -313,6 +319,29 @@ class _Scratch:
 
     def close(self) -> None:
         self._env.close()
+
+
+class _MemoryScratch:
+    """A short stream's rebuild, held in memory: for a few thousand events, making an
+    LMDB environment costs more than the rebuild itself."""
+
+    def __init__(self) -> None:
+        self._tables = MemoryTables()
+
+    def write(self, work: Callable[[Tables], None]) -> None:
+        work(self._tables)
+
+    @contextmanager
+    def reading(self) -> Iterator[Tables]:
+        yield self._tables
+
+    def release_pages(self) -> None:
+        pass
+
+
+@contextmanager
+def _in_memory() -> Iterator[_MemoryScratch]:
+    yield _MemoryScratch()
 
 
 @contextmanager
