@@ -36,7 +36,6 @@ from eva.core.forget import Forgotten
 from eva.core.keys import StreamId
 from eva.core.projection import Rejected
 from eva.store.event_store import EventStore
-from eva.store.no_gc import no_cyclic_gc
 
 GZIP_MAGIC = b"\x1f\x8b"
 PROGRESS_STEP = 4096
@@ -110,8 +109,7 @@ def run(args: argparse.Namespace) -> int:
 def import_file(data: Path, export_path: Path, *, quiet: bool = True) -> ImportReport:
     """Import one export file into the data directory `data` (created if needed)."""
     started = time.perf_counter()
-    with no_cyclic_gc():
-        raw = read_export(export_path)
+    raw = read_export(export_path)
     named = Path("standard input") if str(export_path) == "-" else export_path
     return import_bytes(data, raw, named, quiet=quiet, started=started)
 
@@ -126,28 +124,27 @@ def import_bytes(
 ) -> ImportReport:
     """Import an export's bytes (named `export_path` in messages) into `data`."""
     started = time.perf_counter() if started is None else started
-    with no_cyclic_gc():
-        try:
-            export = parse_export(raw)
-        except ExportError as error:
-            raise UserError(f"cannot import {export_path}: {error}") from None
-        del raw
-        stream = export.stream
-        store = open_store(data, must_exist=False, write=True)
-        stored_meta = store.meta(stream)
-        forgotten = Forgotten(stored_meta.forgotten if stored_meta is not None else {})
-        skipped = 0
+    try:
+        export = parse_export(raw)
+    except ExportError as error:
+        raise UserError(f"cannot import {export_path}: {error}") from None
+    del raw
+    stream = export.stream
+    store = open_store(data, must_exist=False, write=True)
+    stored_meta = store.meta(stream)
+    forgotten = Forgotten(stored_meta.forgotten if stored_meta is not None else {})
+    skipped = 0
 
-        def skip(author_id: int, at_ms: int) -> bool:
-            nonlocal skipped
-            if forgotten(author_id, at_ms):
-                skipped += 1
-                return True
-            return False
+    def skip(author_id: int, at_ms: int) -> bool:
+        nonlocal skipped
+        if forgotten(author_id, at_ms):
+            skipped += 1
+            return True
+        return False
 
-        events = export_events(export, stored_meta, _known_in(store, stream), skip)
-        if events:
-            _append(store, stream, events, export_path, quiet)
+    events = export_events(export, stored_meta, _known_in(store, stream), skip)
+    if events:
+        _append(store, stream, events, export_path, quiet)
     meta = store.meta(stream)
     assert meta is not None
     added = sum(isinstance(e, MessagePosted) for e in events)

@@ -37,7 +37,6 @@ from eva.core.recall_index import (
     StreamTexts,
     write_prepared,
 )
-from eva.store.no_gc import no_cyclic_gc
 from eva.store.pipes import child_command, child_env, frame, read_frame
 
 # Without `site` (-S): the worker's start is on a replay's critical path, and a
@@ -238,8 +237,7 @@ def serve(requests: IO[bytes], answers: IO[bytes]) -> None:
 def main() -> NoReturn:
     """The worker process: serve stdin and stdout, then leave at once (the heap is
     dropped whole rather than object by object)."""
-    with no_cyclic_gc():
-        serve(sys.stdin.buffer, sys.stdout.buffer)
+    serve(sys.stdin.buffer, sys.stdout.buffer)
     os._exit(0)
 
 

@@ -34,7 +34,6 @@ from eva.core.replay import discord_id_rows, projection_rows, rebuild, rebuilt_d
 from eva.core.tables import Tables
 from eva.store.event_store import EventStore
 from eva.store.index_worker import IndexWorker, open_index_worker
-from eva.store.no_gc import no_cyclic_gc
 
 # From this many events on, a stream's recall index is rebuilt in a worker.
 INDEX_WORKER_MIN_EVENTS = 16384
@@ -77,11 +76,10 @@ def replay_stream(
     """
     meta = store.meta(stream)
     try:
-        with no_cyclic_gc():
-            if meta is None or meta.position < index_worker_min_events:
-                return _replay(store, stream, progress, None, check_seals)
-            with open_index_worker() as worker:
-                return _replay(store, stream, progress, worker, check_seals)
+        if meta is None or meta.position < index_worker_min_events:
+            return _replay(store, stream, progress, None, check_seals)
+        with open_index_worker() as worker:
+            return _replay(store, stream, progress, worker, check_seals)
     except (msgspec.DecodeError, msgspec.ValidationError, Rejected) as error:
         return _damaged(store, stream, error)
 
@@ -201,7 +199,7 @@ def repair_stream(
     """
     prefix = keys.stream_prefix(stream)
     end = keys.prefix_end(prefix)
-    with no_cyclic_gc(), store.backend.reading() as tables:
+    with store.backend.reading() as tables:
         rebuilt = rebuild(stream, tables.scan("events", prefix, end), progress)
         made = [key for key, _ in rebuilt.rows(DISCORD_IDS)]
         live_rows = projection_rows(tables, stream, made)
