@@ -75,16 +75,15 @@ from eva.live.inputs import Describe, Edit, Post
 from eva.live.request import Request
 from eva.live.supervisor import Supervisor, wall_clock_ms
 from eva.store.event_store import EventStore
-from eva.store.write_process import WriteProcessError
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
 COMMANDS_MODULE = "eva.discord.commands"
-COMMIT_FAILURES = (OSError, WriteProcessError)
-"""What a commit that failed as a whole raises (the disk refused, the write process went):
-nothing of it landed, so its posts are stored again."""
+COMMIT_FAILURES = (OSError,)
+"""What a commit that failed as a whole raises (the disk refused): nothing of it landed,
+so its posts are stored again."""
 NO_COMMANDS_TEXT = "Commands are not available yet."
 CLOSE_TIMEOUT_S = 5.0
 DRAIN_TIMEOUT_S = 5.0
