@@ -22,9 +22,9 @@ compression really runs during ingest. In each phase:
   each time. Its latencies, pooled over the rounds, give `store_p99_ms`, input
   to durable at the target rate (the worse of the two phases), with each
   round's p99, the rate reached, the rate counting the time compression takes
-  to finish after it, and the CPU each message cost the serving process and
-  the write process, while fed and counting the catch-up (steadier than
-  latency on a shared machine).
+  to finish after it, and the CPU each message cost the serving process,
+  while fed and counting the catch-up (steadier than latency on a shared
+  machine).
 
 Each timed feed starts once the channels of the feeds before have published on
 quiet and gone to sleep, so that it times its own work and not what they left.
@@ -32,8 +32,7 @@ Then it times GetPrompt on channels kept awake by the questions, and, in a
 fresh directory first thing in the process, measures what a sleeping channel
 costs in memory, then wakes all of those channels at once (as a restart with
 that much unfinished work would) and reports the longest turn of the trio loop
-meanwhile. Commits are made by a write process, as serving makes them
-(`--writer thread`: in a thread of this process). The garbage collector is set
+meanwhile. The garbage collector is set
 as Eva's serving processes set it (eva.live.collector), the loaded sample
 frozen like their start-up. The last line printed is one JSON object.
 
@@ -49,7 +48,6 @@ import argparse
 import gc
 import json
 import math
-import os
 import random
 import sys
 import tempfile
@@ -79,9 +77,6 @@ from eva.store.lmdb_kv import open_backend
 SAMPLE = Path(__file__).resolve().parents[2] / "shared" / "data" / "komodo-talk-general.dce.json.gz"
 GUILD = 1
 IDLE_SECONDS = 0.5
-WRITE_PROCESS = True
-"""Commit in a write process, as serving does by default (eva.store.write_process);
-`--writer thread` commits in a thread of this process instead."""
 QUIET_MS = 1000
 INGEST_LIMIT_S = 600.0
 STEP_LIMIT_S = 120.0
@@ -125,40 +120,10 @@ def note(text: str) -> None:
     print(f"bench_live: {text}", file=sys.stderr, flush=True)
 
 
-def cpu_s() -> tuple[float, float]:
-    """CPU seconds used so far by this process, and by its children (the write process):
-    those running read from /proc (Linux; elsewhere they count once they have ended)."""
-    ended = os.times()
-    children = ended.children_user + ended.children_system
-    tick = os.sysconf("SC_CLK_TCK")
-    try:
-        tasks = os.listdir("/proc/self/task")
-    except OSError:
-        tasks = []
-    for task in tasks:
-        try:
-            with open(f"/proc/self/task/{task}/children") as listed:
-                pids = listed.read().split()
-        except OSError:
-            continue
-        for pid in pids:
-            try:
-                with open(f"/proc/{pid}/stat") as stat:
-                    fields = stat.read().rsplit(")", 1)[1].split()
-            except OSError:  # it ended meanwhile: os.times counts it next time
-                continue
-            children += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
-    return time.process_time(), children
-
-
-def cpu_us_per_message(before: tuple[float, float], after: tuple[float, float],
-                       messages: int) -> dict[str, float]:
-    """CPU microseconds per message between two `cpu_s` readings: this process's
-    (the trio loop, the feed included) and the write process's."""
-    return {
-        "loop": round((after[0] - before[0]) / messages * 1e6, 1),
-        "write_process": round((after[1] - before[1]) / messages * 1e6, 1),
-    }
+def cpu_us_per_message(seconds: float, messages: int) -> float:
+    """CPU seconds of this process (the trio loop, the commits' thread, the feed) in
+    microseconds per message."""
+    return round(seconds / messages * 1e6, 1)
 
 
 def memory_kb() -> dict[str, int]:
@@ -395,15 +360,14 @@ async def sustained_rounds(
     round_p99s: list[float] = []
     round_cpu: list[dict[str, float]] = []
     fed_s = settle_s = 0.0
-    fed_cpu = [0.0, 0.0]
-    caught_up_cpu = [0.0, 0.0]
+    fed_cpu = caught_up_cpu = 0.0
     for number in range(rounds):
         await wait_asleep(supervisor)  # the feeds before have published on quiet
-        before = cpu_s()
+        before = time.process_time()
         seconds, fed = await ingest_paced(
             supervisor, posts, channels, rate, first_channel + number * channels
         )
-        after_feed = cpu_s()
+        after_feed = time.process_time()
         round_p99s.append(p99_ms(fed))
         note(f"the whole sample at {rate:,.0f} msgs/s took {seconds:.2f} s "
              f"(round {number + 1} of {rounds}; p99 {round_p99s[-1]} ms)")
@@ -411,13 +375,12 @@ async def sustained_rounds(
         with trio.fail_after(STEP_LIMIT_S):
             await settle(store, settings, supervisor)
         settle_s += time.perf_counter() - started
-        settled = cpu_s()
+        settled = time.process_time()
         fed_s += seconds
         latencies += fed
-        round_cpu.append(cpu_us_per_message(before, after_feed, len(fed)))
-        for part in range(2):
-            fed_cpu[part] += after_feed[part] - before[part]
-            caught_up_cpu[part] += settled[part] - before[part]
+        round_cpu.append(cpu_us_per_message(after_feed - before, len(fed)))
+        fed_cpu += after_feed - before
+        caught_up_cpu += settled - before
     return {
         "offered_msgs_per_s": round(rate),
         "rounds": rounds,
@@ -429,12 +392,8 @@ async def sustained_rounds(
         "caught_up_msgs_per_s": round(len(latencies) / (fed_s + settle_s)),
         # Steadier than latency on a shared machine: CPU per message while fed, and
         # with what compression did after the feed counted too.
-        "cpu_us_per_msg": cpu_us_per_message(
-            (0.0, 0.0), (fed_cpu[0], fed_cpu[1]), len(latencies)
-        ),
-        "cpu_us_per_msg_caught_up": cpu_us_per_message(
-            (0.0, 0.0), (caught_up_cpu[0], caught_up_cpu[1]), len(latencies)
-        ),
+        "cpu_us_per_msg": cpu_us_per_message(fed_cpu, len(latencies)),
+        "cpu_us_per_msg_caught_up": cpu_us_per_message(caught_up_cpu, len(latencies)),
         # Each round's, beside its p99: the same work costs more CPU while the shared
         # host is slow, so a round whose p99 stands out can be told from one that is not.
         "cpu_us_per_msg_each_round": round_cpu,
@@ -456,7 +415,7 @@ async def ingest_phase(
     """Ingest into `channels` channels, let compression finish, time prompts, let them sleep."""
     store = EventStore(open_backend(data))
     by_channel = spread(posts, channels, first_channel=1)
-    live = LiveSettings(idle_seconds=IDLE_SECONDS, write_process=WRITE_PROCESS)
+    live = LiveSettings(idle_seconds=IDLE_SECONDS)
     rng = random.Random(7)
     async with open_supervisor(store, OfflineSummarizer(), settings, live) as supervisor:
         seconds, latencies = await ingest(supervisor, by_channel, window)
@@ -578,7 +537,7 @@ async def sleeping_phase(data: Path, posts: Sequence[Post], channels: int) -> di
     """
     store = EventStore(open_backend(data))
     settings = MemorySettings()
-    live = LiveSettings(idle_seconds=IDLE_SECONDS, write_process=WRITE_PROCESS)
+    live = LiveSettings(idle_seconds=IDLE_SECONDS)
     async with open_supervisor(store, OfflineSummarizer(), settings, live) as supervisor:
         await ingest(supervisor, spread(posts[:2000], 20, first_channel=10_000_000))
         await wait_asleep(supervisor)
@@ -637,7 +596,7 @@ async def crowd_phase(data: Path, posts: Sequence[Post], sleeping: int) -> dict[
     """
     store = EventStore(open_backend(data))
     settings = MemorySettings(quiet_ms=QUIET_MS)  # a heavy channel's row publishes, then sleeps
-    live = LiveSettings(idle_seconds=IDLE_SECONDS, write_process=WRITE_PROCESS)
+    live = LiveSettings(idle_seconds=IDLE_SECONDS)
     rng = random.Random(11)
     async with open_supervisor(store, OfflineSummarizer(), settings, live) as supervisor:
         await ingest(supervisor, spread(posts[:2000], 20, first_channel=20_000_000))
@@ -770,10 +729,6 @@ def main() -> int:
         "(default %(default)s)",
     )
     parser.add_argument(
-        "--writer", choices=("process", "thread"), default="process",
-        help="commit in a write process (the default, as serving does) or in a thread",
-    )
-    parser.add_argument(
         "--window", type=int, default=WINDOW,
         help="messages a channel's lane holds before the feed waits (default %(default)s)",
     )
@@ -783,8 +738,6 @@ def main() -> int:
         "by prompts meanwhile (memory per sleeping channel, wake-up p99)",
     )
     args = parser.parse_args()
-    global WRITE_PROCESS
-    WRITE_PROCESS = args.writer == "process"
     if not args.export.exists():
         print(f"no sample at {args.export}; nothing to measure", file=sys.stderr)
         return 0

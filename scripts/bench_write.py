@@ -1,8 +1,8 @@
 """Benchmark the write path alone: what a commit costs, and what each post and line adds.
 
-Commits groups of events into a fresh data directory the way the write process
-does (`EventStore.append_many` with the events encoded already), in this
-process, and times the CPU and the wall time of each commit. Three shapes:
+Commits groups of events into a fresh data directory the way the serving process's
+writer does (`EventStore.append_many`), in this process, and times the CPU and the
+wall time of each commit. Three shapes:
 
 - posts to many channels: G posts a commit, each to another of --channels
   channels (a busy server: about one post per channel in each commit);
@@ -36,7 +36,7 @@ from eva.core.events import AnyEvent, LineWritten, MessagePosted
 from eva.core.keys import StreamId
 from eva.core.projection import Rejected
 from eva.core.render import LINE_LIMIT_BYTES, cut_to_bytes, join_glue, render_message
-from eva.store.event_store import Batch, EventStore, stored_events
+from eva.store.event_store import Batch, EventStore
 from eva.store.lmdb_kv import open_backend
 
 GUILD = 1
@@ -89,11 +89,9 @@ class Feed:
 
 
 def commit(store: EventStore, batches: Sequence[Batch]) -> tuple[float, float]:
-    """CPU and wall seconds of one group commit of `batches` (encoded beforehand, as the
-    serving process sends them); raises if one is refused."""
-    stored = [stored_events(batch) for batch in batches]
+    """CPU and wall seconds of one group commit of `batches`; raises if one is refused."""
     wall, cpu = time.perf_counter(), time.thread_time()
-    results = store.append_many(batches, stored)
+    results = store.append_many(batches)
     cpu, wall = time.thread_time() - cpu, time.perf_counter() - wall
     refused = [result for result in results if isinstance(result, Rejected)]
     if refused:

@@ -1,6 +1,6 @@
 # The program test_live_crash.py kills: live ingest through the supervisor, compression running.
 #
-# Run as `python tests/live_child.py DATA_DIR SEED [--finish] [--write-process]`. It opens the
+# Run as `python tests/live_child.py DATA_DIR SEED [--finish]`. It opens the
 # store, runs `open_supervisor` with the offline summarizer and small settings
 # (so compression runs and publishes happen every few dozen messages), and
 # feeds three channels, each continuing from the messages already stored.
@@ -8,15 +8,13 @@
 # flushes `ack GUILD CHANNEL MESSAGE_ID INDEX`. The post at a given channel and
 # index is always the same (`expected_post`), so the parent can check it.
 # With `--finish` it only resumes the unfinished work, waits until every actor
-# has finished and gone to sleep, prints `finished` and exits 0. With
-# `--write-process` a write process commits (LiveSettings.write_process).
+# has finished and gone to sleep, prints `finished` and exits 0.
 from __future__ import annotations
 
 import random
 import sys
 from pathlib import Path
 
-import msgspec
 import trio
 
 from eva.core.keys import StreamId
@@ -85,10 +83,9 @@ async def feed(supervisor: Supervisor, stream: StreamId, start: int, seed: int) 
             await trio.sleep(rng.uniform(0, 0.004))
 
 
-async def main(data_dir: Path, seed: int, finish: bool, write_process: bool) -> int:
+async def main(data_dir: Path, seed: int, finish: bool) -> int:
     store = EventStore(open_backend(data_dir))
-    live = msgspec.structs.replace(LIVE, write_process=write_process)
-    async with open_supervisor(store, OfflineSummarizer(), SETTINGS, live) as supervisor:
+    async with open_supervisor(store, OfflineSummarizer(), SETTINGS, LIVE) as supervisor:
         if finish:
             for _ in range(round(FINISH_TIMEOUT_S / POLL_S)):  # polls: the store has no events
                 if not supervisor.awake() and not any(unfinished(m) for m in store.streams()):
@@ -108,6 +105,5 @@ async def main(data_dir: Path, seed: int, finish: bool, write_process: bool) -> 
 if __name__ == "__main__":
     flags = sys.argv[3:]
     sys.exit(
-        trio.run(main, Path(sys.argv[1]), int(sys.argv[2]), "--finish" in flags,
-                 "--write-process" in flags)
+        trio.run(main, Path(sys.argv[1]), int(sys.argv[2]), "--finish" in flags)
     )

@@ -66,9 +66,7 @@ SMALL = MemorySettings(
 # One task per model request: no merge waits in the ready queue to fill a request,
 # so once the model answers again the queue must run empty.
 ONE_TASK = msgspec.structs.replace(SMALL, tasks_per_request=1)
-# Commits in a thread of this process: `hold_clock` sees each one start (a write
-# process commits unseen by WatchedStore; tests/test_write_process.py tests it).
-LIVE = LiveSettings(write_process=False)
+LIVE = LiveSettings()
 STREAM = StreamId(1, 2)
 
 
@@ -735,7 +733,7 @@ async def test_a_failing_hanging_model_never_blocks_the_chat(
     tmp_path: Path, autojump_clock: Any
 ) -> None:
     store = fresh_store(tmp_path)
-    live = LiveSettings(model_timeout_seconds=30, retry_most_seconds=300, write_process=False)
+    live = LiveSettings(model_timeout_seconds=30, retry_most_seconds=300)
     model = ChaosModel(random.Random(7), live.model_timeout_seconds)
     streams = [StreamId(3, c) for c in (1, 2, 3)]
     count = 150
@@ -820,7 +818,7 @@ async def test_full_inboxes_slow_senders_down_and_drop_nothing(
     tmp_path: Path, autojump_clock: Any
 ) -> None:
     store = fresh_store(tmp_path)
-    live = LiveSettings(inbox_capacity=2, writer_capacity=1, write_process=False)
+    live = LiveSettings(inbox_capacity=2, writer_capacity=1)
     streams = [StreamId(5, 1), StreamId(5, 2)]
     senders = 3 * POST_BATCH + 30  # more than an actor takes in while the writer is held
     done: list[tuple[StreamId, int]] = []
@@ -915,12 +913,10 @@ class GatedStore(EventStore):
         self.gate.set()
         self.commits_started = 0
 
-    def append_many(
-        self, batches: Sequence[Batch], stored: Sequence[list[bytes]] | None = None
-    ) -> list[Appended | Rejected]:
+    def append_many(self, batches: Sequence[Batch]) -> list[Appended | Rejected]:
         self.commits_started += 1
         self.gate.wait(10)
-        return super().append_many(batches, stored)
+        return super().append_many(batches)
 
 
 async def test_a_channel_sends_posts_while_one_commits_and_joins_those_not_taken_yet(
@@ -1023,7 +1019,7 @@ async def test_posts_skip_the_inbox_only_when_nothing_of_the_channel_is_ahead(
         assert not supervisor.post_now(STREAM, requests(0, 1))  # 0 is in flight: not now
         await settle()
         assert answers == [0]
-        # Stored before: the channel reads no store for it, so the write process
+        # Stored before: the channel reads no store for it, so the commit
         # finds it, and it is answered as stored before, once.
         assert supervisor.post_now(STREAM, requests(0))
         await settle()
@@ -1083,7 +1079,7 @@ async def test_a_post_stored_before_the_channel_woke_is_found_and_stored_once(
     tmp_path: Path, autojump_clock: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Posts handed on need no read of the store; one stored before the actor last read it
-    is refused by the write process with its batch, whose other posts still land in order."""
+    is refused by the commit with its batch, whose other posts still land in order."""
     store = fresh_store(tmp_path)
     async with running(store) as supervisor:
         for number in range(3):

@@ -144,7 +144,7 @@ async def test_commits_the_disk_refuses_are_stored_again_in_order(
         return append_many(self, *args, **kwargs)
 
     monkeypatch.setattr(EventStore, "append_many", full_disk)
-    live = LiveSettings(write_process=False, retry_first_seconds=0.05, retry_most_seconds=0.2)
+    live = LiveSettings(retry_first_seconds=0.05, retry_most_seconds=0.2)
     async with eva_running(fake, data, live=live):
         fake.post_message(guild.id, general.id, alice, "before the disk filled")
         store = store_of(data)

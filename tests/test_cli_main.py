@@ -86,6 +86,15 @@ def test_the_example_settings_file_is_every_default_and_loads_as_them(
     assert "# ANTHROPIC_API_KEY: " in out and "# DISCORD_TOKEN: " in out
 
 
+def test_a_setting_no_longer_read_still_loads(tmp_path: Path) -> None:
+    from eva.cli.common import load_live_settings
+    from eva.core.settings import LiveSettings
+
+    settings = tmp_path / "eva.toml"
+    settings.write_text("[live]\nwrite_process = true\nidle_seconds = 7.0\n")
+    assert load_live_settings(settings) == LiveSettings(idle_seconds=7.0)
+
+
 def test_eva_settings_shows_a_changed_setting_and_never_a_secret(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -59,9 +59,9 @@ def parse_acks(output: bytes) -> list[Ack]:
     return acks
 
 
-def run_and_kill(data_dir: Path, seed: int, rng: random.Random, flags: list[str]) -> list[Ack]:
+def run_and_kill(data_dir: Path, seed: int, rng: random.Random) -> list[Ack]:
     """Start a child, kill it at a random moment, and return what it acknowledged."""
-    args = [str(CHILD), str(data_dir), str(seed), *flags]
+    args = [str(CHILD), str(data_dir), str(seed)]
     return parse_acks(kill_while_running(args, rng, early_s=0.3, after_ack_s=(0.05, 0.6)))
 
 
@@ -108,10 +108,10 @@ def check_store(data_dir: Path, acked: dict[StreamId, dict[int, int]]) -> dict[S
         backend.close()
 
 
-def finish(data_dir: Path, flags: list[str]) -> None:
+def finish(data_dir: Path) -> None:
     """Run the child once more, only to resume the unfinished work; it must exit 0."""
     done = subprocess.run(
-        [sys.executable, str(CHILD), str(data_dir), "0", "--finish", *flags],
+        [sys.executable, str(CHILD), str(data_dir), "0", "--finish"],
         capture_output=True,
         env=child_env(),
         timeout=60,
@@ -122,10 +122,7 @@ def finish(data_dir: Path, flags: list[str]) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("committer", ["thread", "write process"])
-def test_killed_live_ingest_loses_nothing_acknowledged(tmp_path: Path, committer: str) -> None:
-    # With a write process, the killed child's own child (the writer) dies with it.
-    flags = ["--write-process"] if committer == "write process" else []
+def test_killed_live_ingest_loses_nothing_acknowledged(tmp_path: Path) -> None:
     rng = random.Random(SEED)
     data_dir = tmp_path / "data"
     acked: dict[StreamId, dict[int, int]] = {}
@@ -134,7 +131,7 @@ def test_killed_live_ingest_loses_nothing_acknowledged(tmp_path: Path, committer
     deadline = time.monotonic() + TIME_ALLOWED_S
     for run in range(KILLS):
         assert time.monotonic() < deadline, f"only {run} kills in the time allowed"
-        acks = run_and_kill(data_dir, seed=SEED + run, rng=rng, flags=flags)
+        acks = run_and_kill(data_dir, seed=SEED + run, rng=rng)
         for ack in acks:
             # The child goes on from what is stored.
             assert ack.index >= seen[ack.stream].messages, ack
@@ -145,7 +142,7 @@ def test_killed_live_ingest_loses_nothing_acknowledged(tmp_path: Path, committer
     for stream in STREAMS:
         assert seen[stream].lines > 0 and seen[stream].publishes > 0, (stream, seen[stream])
 
-    finish(data_dir, flags)
+    finish(data_dir)
     check_store(data_dir, acked)
     backend = lmdb_kv.open_backend(data_dir)
     try:

@@ -177,7 +177,6 @@ def read_acks(process: subprocess.Popen[bytes], count: int, buffer: bytearray) -
 
 @pytest.mark.parametrize("to", ["process", "process group"])
 def test_sigterm_stops_cleanly_and_keeps_what_was_acked(tmp_path: Path, to: str) -> None:
-    # Sent to the group, the signal reaches the write process too: it is left to Eva.
     data = tmp_path / "data"
     process = subprocess.Popen(
         [*EVA, "serve-local", "--data", str(data), "--acks"],

@@ -82,14 +82,11 @@ def leaves(start: int, count: int) -> list[LineWritten]:
     ]
 
 
-@pytest.mark.parametrize("process", [False, True], ids=["thread", "write process"])
-async def test_appends_that_wait_go_in_one_commit_in_the_order_they_came(
-    tmp_path: Path, process: bool
-) -> None:
+async def test_appends_that_wait_go_in_one_commit_in_the_order_they_came(tmp_path: Path) -> None:
     """Lines and posts alike: a group takes every append waiting, up to MAX_GROUP."""
     store = store_in(tmp_path)
     landed: dict[str, int] = {}  # what -> the commit it landed in
-    async with open_writer(store, process=process) as writer:
+    async with open_writer(store) as writer:
         await writer.append(A, [posted(i) for i in range(300 + MAX_GROUP)])
         start = writer.statistics().commits
 
@@ -114,9 +111,8 @@ async def test_appends_that_wait_go_in_one_commit_in_the_order_they_came(
     assert meta is not None and meta.lines == MAX_GROUP + 300
 
 
-@pytest.mark.parametrize("process", [False, True], ids=["thread", "write process"])
 async def test_appends_queued_without_waiting_are_told_in_order_failures_too(
-    tmp_path: Path, process: bool, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Each sender of `append_later` is told once, in commit order: where its events
     landed, or why they were refused; a sender's broken callback harms nobody else."""
@@ -130,7 +126,7 @@ async def test_appends_queued_without_waiting_are_told_in_order_failures_too(
     def broken(outcome: Appended | BaseException) -> None:
         raise RuntimeError("the sender's own mistake")
 
-    async with open_writer(store, process=process) as writer:
+    async with open_writer(store) as writer:
         async with writer.paused():  # all of them queue before the first commit
             await writer.append_later(A, [posted(0), posted(1)], tell("first"))
             await writer.append_later(A, [orphan], tell("orphan"))

@@ -24,7 +24,7 @@ from eva.core.grounding import Grounding
 from eva.core.keys import StreamId
 from eva.core.recall import RecallView
 from eva.core.render import visible
-from eva.core.settings import LiveSettings, MemorySettings, ModelSettings
+from eva.core.settings import MemorySettings, ModelSettings
 from eva.core.summarize import OfflineSummarizer
 from eva.live.inputs import Post, Recall
 from eva.live.supervisor import Supervisor, open_supervisor
@@ -105,8 +105,7 @@ async def ask(
     store: EventStore, stream: StreamId, question: Post, settings: MemorySettings,
     models: ModelSettings, key: str | None, now_ms: int,
 ) -> dict[str, object]:
-    live = LiveSettings(write_process=False)
-    async with open_supervisor(store, OfflineSummarizer(), settings, live, resume=False) as sup:
+    async with open_supervisor(store, OfflineSummarizer(), settings, resume=False) as sup:
         if key is None:
             return await offline(sup, stream, question)
         from eva.model.client import make_client

@@ -53,7 +53,6 @@ from eva.core.forget import Forgotten
 from eva.core.keys import StreamId
 from eva.core.projection import Rejected
 from eva.store.event_store import EventStore
-from eva.store.no_gc import no_cyclic_gc
 
 GZIP_MAGIC = b"\x1f\x8b"
 READ_BLOCK = 1 << 20
@@ -137,7 +136,7 @@ def import_file(data: Path, export_path: Path, *, quiet: bool = True) -> ImportR
     """
     started = time.perf_counter()
     named = Path("standard input") if str(export_path) == "-" else export_path
-    with no_cyclic_gc(), _export_source(export_path) as blocks:
+    with _export_source(export_path) as blocks:
         try:
             outline = outline_export(blocks(), IMPORT_CHUNK)
         except NotStreamable:
@@ -171,19 +170,17 @@ def import_bytes(
 ) -> ImportReport:
     """Import an export's bytes (named `export_path` in messages) into `data`."""
     started = time.perf_counter() if started is None else started
-    with no_cyclic_gc():
-        try:
-            export = parse_export(raw)
-        except ExportError as error:
-            raise UserError(f"cannot import {export_path}: {error}") from None
-        del raw
-        latest = max((utc_ms(m.timestamp) for m in export.messages), default=None)
-        messages = export.messages
-        chunks = (
-            messages[start : start + IMPORT_CHUNK]
-            for start in range(0, len(messages), IMPORT_CHUNK)
-        )
-        return _store(data, export, latest, len(messages), chunks, export_path, quiet, started)
+    try:
+        export = parse_export(raw)
+    except ExportError as error:
+        raise UserError(f"cannot import {export_path}: {error}") from None
+    del raw
+    latest = max((utc_ms(m.timestamp) for m in export.messages), default=None)
+    messages = export.messages
+    chunks = (
+        messages[start : start + IMPORT_CHUNK] for start in range(0, len(messages), IMPORT_CHUNK)
+    )
+    return _store(data, export, latest, len(messages), chunks, export_path, quiet, started)
 
 
 def _store(

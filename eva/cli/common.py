@@ -139,9 +139,16 @@ def load_settings(path: Path | None) -> MemorySettings:
     return settings_table(path, "memory", MemorySettings)
 
 
+RETIRED_LIVE = frozenset({"write_process"})
+"""Settings of the [live] table no longer read; files written before still load."""
+
+
 def load_live_settings(path: Path | None) -> LiveSettings:
     """The process's settings: defaults, overridden by the [live] table of a TOML file."""
-    return settings_table(path, "live", LiveSettings)
+    if path is None:
+        return LiveSettings()
+    table = {k: v for k, v in read_table(path, "live").items() if k not in RETIRED_LIVE}
+    return settings_value(path, table, LiveSettings)
 
 
 def open_store(data: Path, *, must_exist: bool = True, write: bool = False) -> EventStore:

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Final
 import msgspec
 
 from eva.core.keys import StreamId, Table, stream_prefix
-from eva.core.terms import MAX_TERM_CHARS, term_bytes
+from eva.core.terms import term_bytes
 
 if TYPE_CHECKING:  # the projector imports this module
     from eva.core.tables import Tables
@@ -140,7 +140,7 @@ class _StreamChanges:
                     bucket.removed[word].add(offset)
                 bucket.docs -= 1
                 bucket.length -= min(len(words), _MAX_LENGTH)
-        for number, added, docs, length in _gather(sorted(self.added.items()), term_bytes):
+        for number, added, docs, length in gather(sorted(self.added.items())):
             bucket = buckets[number]
             bucket.added = added
             bucket.docs += docs
@@ -161,15 +161,12 @@ Gathered = tuple[int, dict[bytes, bytes], int, int]
 """One bucket's postings of added texts: (bucket, term -> records, messages, summed length)."""
 
 
-def gather_python(
-    texts: Sequence[tuple[int, str]], words_of: Callable[[str], list[bytes]] = term_bytes
-) -> list[Gathered]:
+def gather(texts: Sequence[tuple[int, str]]) -> list[Gathered]:
     """The postings of `texts` ((index, text) in increasing index order), bucket by bucket.
 
     Each message appends its record once to the list of each of its words;
     the lists stay in offset order, and the terms in the order they first
-    occur. `eva.core._postings.gather` gives the same, in C; this is the
-    loop it replaces, for a Python built without it.
+    occur.
     """
     gathered: list[Gathered] = []
     number = -1
@@ -183,7 +180,7 @@ def gather_python(
             gathered.append((number, joined, docs, length_sum))
 
     for index, text in texts:
-        words = words_of(text)
+        words = term_bytes(text)
         if not words:
             continue
         if index >> BUCKET_BITS != number:
@@ -210,31 +207,6 @@ def gather_python(
                 postings[word][-1] = pack(index & _OFFSET_MASK, length, min(tf, _MAX_TF))
     close_bucket()
     return gathered
-
-
-Gather = Callable[[Sequence[tuple[int, str]], Callable[[str], list[bytes]]], list[Gathered]]
-
-
-def _native_gather() -> Gather | None:
-    """The C twin of `gather_python`, if this install built it and it lays records out alike."""
-    try:
-        from eva.core import _postings
-    except ImportError:
-        return None
-    layout = (BUCKET_BITS, MAX_TERM_CHARS, _MAX_LENGTH, _MAX_TF, _POSTING.size)
-    native = (
-        _postings.BUCKET_BITS,
-        _postings.MAX_TERM_CHARS,
-        _postings.MAX_LENGTH,
-        _postings.MAX_TF,
-        _postings.RECORD_SIZE,
-    )
-    if native != layout:
-        raise ImportError(f"eva.core._postings lays records out as {native}, not {layout}")
-    return _postings.gather
-
-
-_gather: Gather = _native_gather() or gather_python
 
 
 class StreamTexts(msgspec.Struct, array_like=True):

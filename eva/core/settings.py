@@ -66,9 +66,6 @@ class LiveSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     """Inputs waiting for one channel before senders are slowed down."""
     writer_capacity: int = 1024
     """Appends waiting for the writer before actors are slowed down."""
-    write_process: bool = True
-    """Commit in a second process (eva.store.write_process), beside the loop on another
-    core, rather than in a thread of this one; for an LMDB store."""
     model_timeout_seconds: float = 120.0
     """A model call taking longer than this counts as failed."""
     retry_first_seconds: float = 5.0

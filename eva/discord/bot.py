@@ -5,12 +5,14 @@
 # `aio_as_trio`; never `bot.run()`. It may not know the memory's rules: it turns gateway
 # events into inputs with eva.discord.mapping and hands them to `Supervisor.ask`.
 #
-# Ordering: message events (created, edited, deleted, bulk-deleted) are taken from the
-# gateway's raw payloads as the shard consumes them, before hikari's event manager sees
-# them: each is mapped and put on its channel's *lane* (eva.discord.lanes) at once, with no
-# asyncio task or hikari event made for it (those cost more than storing a message), so
-# each lane holds its channel's events in Discord's order. hikari's own listeners serve
-# the rest (ready, guilds, interactions). One trio task per lane submits them to the actor in
+# Ordering: message events (created, edited, deleted, bulk-deleted) are read from the
+# gateway's raw payloads, which hikari's event manager hands to one listener
+# (ShardPayloadEvent) in the order the shard received them. hikari starts one asyncio task
+# per listener, in that order, and each task's first step runs in creation order; the
+# listener never awaits before it maps the event and puts it on its channel's *lane*
+# (eva.discord.lanes), so each lane holds its channel's events in Discord's order. hikari's
+# typed listeners serve the rest (ready, guilds, interactions). One trio task per lane
+# submits them to the actor in
 # that order (the messages that arrived together at once, so the actor stores them in one
 # commit), so a channel's messages reach its actor (and the log) in the order Discord sent
 # them. While a lane's task waits with nothing queued, a message skips the lane: the
@@ -73,16 +75,15 @@ from eva.live.inputs import Describe, Edit, Post
 from eva.live.request import Request
 from eva.live.supervisor import Supervisor, wall_clock_ms
 from eva.store.event_store import EventStore
-from eva.store.write_process import WriteProcessError
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
 COMMANDS_MODULE = "eva.discord.commands"
-COMMIT_FAILURES = (OSError, WriteProcessError)
-"""What a commit that failed as a whole raises (the disk refused, the write process went):
-nothing of it landed, so its posts are stored again."""
+COMMIT_FAILURES = (OSError,)
+"""What a commit that failed as a whole raises (the disk refused): nothing of it landed,
+so its posts are stored again."""
 NO_COMMANDS_TEXT = "Commands are not available yet."
 CLOSE_TIMEOUT_S = 5.0
 DRAIN_TIMEOUT_S = 5.0
@@ -140,34 +141,7 @@ def _commands() -> ModuleType | None:
 MESSAGE_EVENTS = frozenset(
     {"MESSAGE_CREATE", "MESSAGE_UPDATE", "MESSAGE_DELETE", "MESSAGE_DELETE_BULK"}
 )
-"""The gateway events Eva takes from raw payloads, before hikari's event manager."""
-
-MessageEventHandler = Callable[[str, hikari.api.GatewayShard, dict[str, Any]], None]
-
-
-def _take_message_events(manager: hikari.api.EventManager, handler: MessageEventHandler) -> None:
-    """Route the gateway's message events to `handler`, synchronously and in arrival order.
-
-    The shards hand every payload to the manager's `consume_raw_event` (hikari's API for
-    raw events). This manager becomes an instance of a subclass of its own class that
-    overrides it: message events skip hikari's events and listener tasks (no hikari
-    listener of them is registered and no message is cached, so nothing else wants them),
-    and every other event goes on to hikari as before.
-    """
-    base = type(manager)
-
-    class MessageTakingEventManager(base):  # type: ignore[valid-type,misc]
-        __slots__ = ()
-
-        def consume_raw_event(
-            self, name: str, shard: hikari.api.GatewayShard, payload: dict[str, Any]
-        ) -> None:
-            if name in MESSAGE_EVENTS:
-                handler(name, shard, payload)
-            else:
-                super().consume_raw_event(name, shard, payload)
-
-    manager.__class__ = MessageTakingEventManager
+"""The gateway events Eva reads from raw payloads."""
 
 
 class EvaBot:
@@ -230,9 +204,9 @@ class EvaBot:
             (hikari.GuildAvailableEvent, self._on_guild_available),
             (hikari.GuildJoinEvent, self._on_guild_join),
             (hikari.InteractionCreateEvent, self._on_interaction),
+            (hikari.ShardPayloadEvent, self._on_payload),
         ):
             bot.subscribe(kind, listener)
-        _take_message_events(bot.event_manager, self._on_message_event)
 
     # -- running --------------------------------------------------------------------
 
@@ -295,15 +269,18 @@ class EvaBot:
         if self._ready.is_set() and int(event.guild_id) in self._command_guilds:
             await run_trio(lambda: self._register_commands([int(event.guild_id)]))
 
-    def _on_message_event(
-        self, name: str, shard: hikari.api.GatewayShard, payload: dict[str, Any]
-    ) -> None:
-        """A message event from the gateway, mapped and queued on its lane before this returns."""
+    async def _on_payload(self, event: hikari.ShardPayloadEvent) -> None:
+        """A message event from the gateway, mapped and queued on its lane before this
+        awaits anything; other payloads are hikari's typed listeners' to serve."""
+        name = event.name
+        if name not in MESSAGE_EVENTS:
+            return
+        payload = event.payload
         try:
             if name == "MESSAGE_CREATE":
                 self._take_created(payload)
             elif name == "MESSAGE_UPDATE":
-                self._take_edited(shard, payload)
+                self._take_edited(event.shard, payload)
             elif payload.get("guild_id") is not None:  # a deletion: direct messages are not kept
                 ids = payload["ids"] if name == "MESSAGE_DELETE_BULK" else [payload["id"]]
                 delete = delete_of([int(i) for i in ids], wall_clock_ms())
@@ -326,7 +303,7 @@ class EvaBot:
         else:
             self._enqueue(stream, Ingest(post))
 
-    def _take_edited(self, shard: hikari.api.GatewayShard, payload: dict[str, Any]) -> None:
+    def _take_edited(self, shard: hikari.api.GatewayShard, payload: Mapping[str, Any]) -> None:
         """A message edited, read through hikari's models as its listeners would get it."""
         if payload.get("guild_id") is None:
             return

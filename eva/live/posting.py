@@ -11,7 +11,7 @@
 # costs no turn of the actor's task then. Where each post goes is decided in the pure core
 # (eva.core.places).
 # Invariants: the inbox is bounded (a burst slows senders down, nothing is dropped); a
-# batch the write process refuses (a repeat of a message stored before) is served again one
+# batch the commit refuses (a repeat of a message stored before) is served again one
 # post at a time, reading the store, so only the post that does not fit fails.
 from __future__ import annotations
 
@@ -220,7 +220,7 @@ class Posting(Compressing):
 
         With `unread`, while the next index is known (`_next_index`), the store is
         not read: a post stored before this actor last read it is then taken for a
-        new one, and the write process refuses its batch (each is then served
+        new one, and the commit refuses its batch (each is then served
         alone, and answered as stored before). Each post in flight is still found.
         """
         message_ids = [post.message_id for post in posts]

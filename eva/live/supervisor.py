@@ -420,7 +420,7 @@ async def open_supervisor(
         summarizer, trio.CapacityLimiter(settings.model_calls_in_flight), live.model_timeout_seconds
     )
     async with (
-        open_writer(store, live.writer_capacity, live.write_process) as writer,
+        open_writer(store, live.writer_capacity) as writer,
         trio.open_nursery() as nursery,
     ):
         shared = Shared(store, writer, limited, settings, live, nursery, wall_ms)

@@ -3,7 +3,7 @@
 # Shell (trio). Trio runs every ready task once per turn of its scheduler and
 # only then looks at IO. When two hundred channels compress at once, one turn
 # runs a step of each: tens of milliseconds in which no commit's answer is
-# taken in, so the write process waits for work, and no post or prompt moves.
+# taken in, so the writer waits for work, and no post or prompt moves.
 # A step that takes its turn here first runs alone among its kind: the others
 # wait in line, so a turn of the scheduler holds at most one of them and the
 # loop comes back to IO between any two. Invariant: every task in line gets

@@ -4,19 +4,13 @@
 # one write transaction for all the requests that arrived together in a worker
 # thread (so the trio loop never waits on a commit), and answers each sender
 # once its events are durable. No task awaits while it holds a transaction:
-# the transaction lives and dies inside the thread. With a write process
-# (eva.store.write_process), no thread is needed: the group goes down a pipe
-# that never blocks the loop and a task takes the answer when it comes; the
-# commit runs on another core, and the next group is handed over while one
-# is committed, so the child need not wait for this process to take an
-# answer in before it starts the next.
+# the transaction lives and dies inside the thread.
 #
 # A group is every append waiting, in the order they came, up to MAX_GROUP:
 # people's posts and compression's lines alike.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -27,15 +21,11 @@ from eva.core.events import AnyEvent
 from eva.core.keys import StreamId
 from eva.core.projection import Rejected
 from eva.store.event_store import Appended, Batch, EventStore
-from eva.store.lmdb_kv import LmdbBackend
-from eva.store.write_process import Submitted, WriteProcess
 
 log = logging.getLogger(__name__)
 
 MAX_GROUP = 512
 """Appends a group takes at most."""
-IN_FLIGHT = 2
-"""Groups handed to a write process at once: it commits the next while this one is answered."""
 
 
 OnDone = Callable[[Appended | BaseException], None]
@@ -72,21 +62,14 @@ class WriterStatistics:
 class Writer:
     """Appends events for any channel; `append` returns once they are durable."""
 
-    def __init__(
-        self,
-        store: EventStore,
-        capacity: int,
-        process: WriteProcess | None = None,
-    ) -> None:
+    def __init__(self, store: EventStore, capacity: int) -> None:
         self.store = store
-        self.process = process
         self._send, self._receive = trio.open_memory_channel[_Request](capacity)
         self._commits = 0
         self._appends = 0
         self._events = 0
         self._largest = 0
         self._paused = trio.Lock()
-        self._in_flight = trio.Semaphore(IN_FLIGHT)
         self._closed = False
 
     async def append(
@@ -162,38 +145,18 @@ class Writer:
     async def paused(self) -> AsyncIterator[None]:
         """Hold every commit until the block ends (for swapping the data file)."""
         async with self._paused:
-            if self.process is None:
-                yield
-                return
-            for _ in range(IN_FLIGHT):  # every group handed over is answered
-                await self._in_flight.acquire()
-            try:  # the child holds the data file open: it starts again after
-                await trio.to_thread.run_sync(self.process.suspend)
-                yield
-            finally:
-                for _ in range(IN_FLIGHT):
-                    self._in_flight.release()
+            yield
 
     async def run(self) -> None:
-        """Commit requests in groups until the channel closes; then finish what is queued.
-
-        With a write process, one task takes the answers, in the order the groups went.
-        """
-        sent, to_answer = trio.open_memory_channel[tuple[list[_Request], Submitted]](math.inf)
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._answer_in_order, to_answer)
-            async with self._receive, sent:
-                while True:
-                    try:
-                        first = await self._receive.receive()
-                    except trio.EndOfChannel:
-                        break
-                    async with self._paused:
-                        if self.process is None:
-                            await self._commit(self._next_group(first))
-                            continue
-                        await self._in_flight.acquire()  # the group is chosen once it can go
-                        await self._submit(self._next_group(first), sent)
+        """Commit requests in groups until the channel closes; then finish what is queued."""
+        async with self._receive:
+            while True:
+                try:
+                    first = await self._receive.receive()
+                except trio.EndOfChannel:
+                    break
+                async with self._paused:
+                    await self._commit(self._next_group(first))
 
     def _next_group(self, first: _Request) -> list[_Request]:
         """`first` and every append waiting behind it, up to MAX_GROUP."""
@@ -217,47 +180,6 @@ class Writer:
             if not isinstance(error, Exception):
                 raise
             return
-        self._answer(group, results)
-
-    async def _submit(
-        self,
-        group: list[_Request],
-        sent: trio.MemorySendChannel[tuple[list[_Request], Submitted]],
-    ) -> None:
-        """Hand a group to the write process, to be answered in turn once committed;
-        the caller holds one of the IN_FLIGHT places for it."""
-        process = self.process
-        assert process is not None
-        try:
-            process.start()  # from this thread: the child lives as long as it does
-            submitted = await process.send([request.batch for request in group])
-        except BaseException as error:
-            self._in_flight.release()
-            self._fail(group, error)
-            if not isinstance(error, Exception):
-                raise
-            return
-        sent.send_nowait((group, submitted))
-
-    async def _answer_in_order(
-        self, to_answer: trio.MemoryReceiveChannel[tuple[list[_Request], Submitted]]
-    ) -> None:
-        async with to_answer:
-            async for group, submitted in to_answer:
-                await self._wait(group, submitted)
-
-    async def _wait(self, group: list[_Request], submitted: Submitted) -> None:
-        process = self.process
-        assert process is not None
-        try:
-            results = await process.answer(submitted)
-        except BaseException as error:
-            self._fail(group, error)
-            if not isinstance(error, Exception):
-                raise
-            return
-        finally:
-            self._in_flight.release()
         self._answer(group, results)
 
     def _fail(self, group: list[_Request], error: BaseException) -> None:
@@ -302,25 +224,12 @@ def _finish(request: _Request, outcome: Appended | BaseException) -> None:
 
 
 @asynccontextmanager
-async def open_writer(
-    store: EventStore,
-    capacity: int = 1024,
-    process: bool = False,
-) -> AsyncIterator[Writer]:
-    """A running writer; on exit it commits what was queued and stops.
-
-    With `process` and an LMDB store, a write process commits the groups.
-    """
-    backend = store.backend
-    child = WriteProcess(backend.path) if process and isinstance(backend, LmdbBackend) else None
-    writer = Writer(store, capacity, child)
-    try:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(writer.run)
-            try:
-                yield writer
-            finally:
-                writer.close()
-    finally:
-        if child is not None:
-            child.close()
+async def open_writer(store: EventStore, capacity: int = 1024) -> AsyncIterator[Writer]:
+    """A running writer; on exit it commits what was queued and stops."""
+    writer = Writer(store, capacity)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(writer.run)
+        try:
+            yield writer
+        finally:
+            writer.close()

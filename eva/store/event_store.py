@@ -92,14 +92,10 @@ def stored_events(batch: Batch) -> list[bytes]:
     return stored
 
 
-def write_batch(
-    tables: Tables, projector: Projector, batch: Batch, stored: list[bytes] | None = None
-) -> Appended:
-    """Append one batch inside an open write transaction (`stored`: its `stored_events`,
-    if made already)."""
+def write_batch(tables: Tables, projector: Projector, batch: Batch) -> Appended:
+    """Append one batch inside an open write transaction."""
     first = projector.meta(batch.stream).position
-    if stored is None:
-        stored = stored_events(batch)
+    stored = stored_events(batch)
     count = len(stored)
     previous = seal_before(tables, batch.stream, first)
     if count == 1:  # a batch of one is the most common: no cursor, no key list
@@ -157,21 +153,18 @@ class EventStore:
             raise result
         return result
 
-    def append_many(
-        self, batches: Sequence[Batch], stored: Sequence[list[bytes]] | None = None
-    ) -> list[Appended | Rejected]:
+    def append_many(self, batches: Sequence[Batch]) -> list[Appended | Rejected]:
         """Append many batches in one transaction (group commit).
 
         Each batch lands whole or is refused whole; a refused batch is answered
-        with its `Rejected` error and does not stop the others. `stored`, if
-        given, holds each batch's events encoded already.
+        with its `Rejected` error and does not stop the others.
         """
         refused: dict[int, Rejected] = {}
         seen: list[tuple[int, Projector]] = []  # the last attempt's transaction
         while True:
             try:
                 results = self.backend.write(
-                    lambda tables: self._write_all(tables, batches, refused, stored, seen)
+                    lambda tables: self._write_all(tables, batches, refused, seen)
                 )
             except _BatchRefused as refusal:
                 refused[refusal.position] = refusal.error
@@ -185,7 +178,6 @@ class EventStore:
         tables: Tables,
         batches: Sequence[Batch],
         refused: dict[int, Rejected],
-        stored: Sequence[list[bytes]] | None = None,
         seen: list[tuple[int, Projector]] | None = None,
     ) -> list[Appended | Rejected]:
         txn_id = tables.transaction_id()
@@ -202,8 +194,7 @@ class EventStore:
                 results.append(error)
                 continue
             try:
-                encoded = None if stored is None else stored[position]
-                results.append(write_batch(tables, projector, batch, encoded))
+                results.append(write_batch(tables, projector, batch))
             except Rejected as exc:
                 raise _BatchRefused(position, exc) from exc
         projector.flush()

@@ -3,13 +3,10 @@
 # Shell. A child is `python -S -m MODULE`: without `site`, which would spend
 # a good part of its start finding packages that this process found already;
 # it is given this process's import path instead. Frames on the pipes are a
-# 4-byte big-endian length and a body; a reader of a pipe that does not block
-# gathers them with `FrameBuffer`.
+# 4-byte big-endian length and a body.
 from __future__ import annotations
 
-import ctypes
 import os
-import signal
 import struct
 import sys
 from typing import IO
@@ -37,23 +34,6 @@ def child_env() -> dict[str, str]:
     return env
 
 
-def become_child() -> None:
-    """Set up a child interpreter: it dies with the thread that started it (Linux:
-    PR_SET_PDEATHSIG; elsewhere the closed pipe ends it), and a stop signal sent to
-    the whole process group (Ctrl-C, a service manager) is left to the parent, which
-    finishes what is under way and then closes the pipe."""
-    parent = os.getppid()
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-    if os.getppid() != parent:  # it is gone already
-        os._exit(0)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-
-
 def frame(body: bytes) -> bytes:
     """`body` as one frame."""
     return _LENGTH.pack(len(body)) + body
@@ -69,32 +49,3 @@ def read_frame(source: IO[bytes]) -> bytes | None:
     if len(body) < length:
         return None
     return body
-
-
-class FrameBuffer:
-    """Bytes read from a pipe as they come, handed out a whole frame at a time."""
-
-    __slots__ = ("_data", "_start")
-
-    def __init__(self) -> None:
-        self._data = bytearray()
-        self._start = 0  # where the next frame begins in `_data`
-
-    def feed(self, data: bytes) -> None:
-        """Add bytes just read."""
-        if self._start:
-            del self._data[: self._start]
-            self._start = 0
-        self._data += data
-
-    def next_frame(self) -> bytes | None:
-        """The next whole frame's body, or None until more bytes are fed."""
-        data, start = self._data, self._start
-        if len(data) - start < _LENGTH.size:
-            return None
-        (length,) = _LENGTH.unpack_from(data, start)
-        end = start + _LENGTH.size + length
-        if len(data) < end:
-            return None
-        self._start = end
-        return bytes(data[start + _LENGTH.size : end])

@@ -38,7 +38,6 @@ from eva.core.replay import apply_stored, projection_rows, rebuild
 from eva.core.tables import Tables
 from eva.store.event_store import EventStore
 from eva.store.lmdb_kv import DATA_FILE, LmdbTables, release_mapping
-from eva.store.no_gc import no_cyclic_gc
 
 REBUILD_BATCH = 4096
 """Events applied to the scratch environment in one of its transactions."""
@@ -90,7 +89,7 @@ def replay_stream(
     meta = store.meta(stream)
     short = meta is None or meta.position < MEMORY_REBUILD_EVENTS
     try:
-        with no_cyclic_gc(), (_in_memory() if short else _scratch()) as scratch:
+        with _in_memory() if short else _scratch() as scratch:
             return _replay(store, stream, scratch, progress, check_seals)
     except (msgspec.DecodeError, msgspec.ValidationError, Rejected) as error:
         return _damaged(store, stream, error)
@@ -378,7 +377,7 @@ def repair_stream(
     """
     prefix = keys.stream_prefix(stream)
     end = keys.prefix_end(prefix)
-    with no_cyclic_gc(), store.backend.reading() as tables:
+    with store.backend.reading() as tables:
         rebuilt = rebuild(stream, tables.scan("events", prefix, end), progress)
         made = [key for key, _ in rebuilt.rows(DISCORD_IDS)]
         live_rows = projection_rows(tables, stream, made)

@@ -5,8 +5,7 @@
 # would: each appends from the position it read. A writing command (and the bot) takes
 # this lock first; a second one is told who holds it. The lock is the kernel's (flock):
 # it goes with the process, however it ends, so a killed process leaves nothing to clean.
-# The file descriptor is not inherited by child processes (the bot's write process runs
-# under its parent's lock).
+# The file descriptor is not inherited by child processes.
 from __future__ import annotations
 
 import fcntl
