@@ -28,7 +28,7 @@ from eva.core.keys import StreamId
 from eva.core.plan import PLAN_REPLIES, PLAN_USD
 from eva.core.settings import MemorySettings, ModelSettings
 from eva.core.state import StreamMeta
-from eva.core.timing import compression_due
+from eva.core.timing import pending_tasks
 from eva.store.event_store import EventStore
 
 
@@ -90,16 +90,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add_settings_option(parser)
     add_json_option(parser)
     parser.set_defaults(run=run)
-
-
-def pending_tasks(meta: StreamMeta, settings: MemorySettings) -> int:
-    """Merges ready now and lines to remake, plus the unleafed messages when compression is due.
-
-    The second part is an estimate: a run leaves the newest ~`tail_keep_bytes`
-    without leaves, so it writes somewhat fewer leaves than this counts.
-    """
-    unleafed = meta.messages - meta.leaf_frontier if compression_due(meta, settings) else 0
-    return meta.ready + meta.stale + unleafed
 
 
 def channel_status(store: EventStore, meta: StreamMeta, settings: MemorySettings) -> ChannelStatus:

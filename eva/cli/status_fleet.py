@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from eva.cli.cmd_status import pending_tasks
 from eva.cli.common import UserError, open_store
 from eva.core.settings import MemorySettings
 from eva.core.shards import Misplaced, misplaced
+from eva.core.timing import pending_tasks
 from eva.store.reshard import JOURNAL
 
 DATA_FILE = "data.mdb"

@@ -88,3 +88,13 @@ def publish_reason(
 def quiet_deadline(last_input_ms: int, settings: MemorySettings) -> int:
     """The time at which the chat counts as quiet if nothing more arrives."""
     return last_input_ms + settings.quiet_ms
+
+
+def pending_tasks(meta: StreamMeta, settings: MemorySettings) -> int:
+    """Merges ready now and lines to remake, plus the unleafed messages when compression is due.
+
+    The second part is an estimate: a run leaves the newest ~`tail_keep_bytes`
+    without leaves, so it writes somewhat fewer leaves than this counts.
+    """
+    unleafed = meta.messages - meta.leaf_frontier if compression_due(meta, settings) else 0
+    return meta.ready + meta.stale + unleafed
