@@ -13,7 +13,7 @@ neighbours) for comparison.
 The questions are split by a hash of their id into a tuning half and a
 held-out half; both are reported. Nothing is tuned on the held-out half.
 
-    python scripts/eval_recall.py [--chat demo|komodo] [--cap 8000] [--show-misses]
+    python scripts/eval_recall.py [--chat demo|komodo] [--cap 12000] [--show-misses]
 
 The last line printed is a JSON object with every figure.
 """

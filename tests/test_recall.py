@@ -19,7 +19,7 @@ from eva.core.recall import RecallView, recall_text, recall_view
 from eva.core.recall_index import BUCKET_SIZE, PostingBuffer, StreamTexts
 from eva.core.recall_search import SearchResult, search
 from eva.core.render import utf8_size
-from eva.core.stems import stem
+from eva.core.stems import related, stem, stem_roots
 from eva.core.terms import terms
 
 STREAM = StreamId(7, 9)
@@ -173,7 +173,8 @@ def test_very_common_terms_still_count_in_total() -> None:
 
 def plain_bm25(texts: dict[int, str], query: str, limit: int) -> SearchResult:
     """BM25 written out message by message, as the search is defined: k1 1.2, b
-    `recall_search.B`, a query word matching every word with its stem."""
+    `recall_search.B`, a query word matching every word of its family (its stem, or
+    one with a derivational suffix more or less: eva.core.stems.related)."""
     words = {index: terms(text) for index, text in texts.items() if terms(text)}
     documents = len(words)
     length = sum(len(found) for found in words.values())
@@ -181,7 +182,8 @@ def plain_bm25(texts: dict[int, str], query: str, limit: int) -> SearchResult:
     query_words = list({stem(t.encode()): t for t in reversed(terms(query))}.values())[::-1]
 
     def count(word: str, found: list[str]) -> int:
-        return sum(stem(t.encode()) == stem(word.encode()) for t in found)
+        wanted, roots = stem(word.encode()), stem_roots(word.encode())
+        return sum(related(t.encode(), wanted, roots) for t in found)
 
     df = {word: sum(count(word, found) > 0 for found in words.values()) for word in query_words}
     b = recall_search.B
@@ -197,7 +199,8 @@ def plain_bm25(texts: dict[int, str], query: str, limit: int) -> SearchResult:
 
 
 _WORDS = st.sampled_from(
-    ["boat", "boats", "marigold", "noon", "lunch", "the", "a", "sail", "sailing", "Boat"]
+    ["boat", "boats", "marigold", "noon", "lunch", "the", "a", "sail", "sailing", "Boat",
+     "sailor", "snore", "snorer"]
 )
 
 

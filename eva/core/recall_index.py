@@ -422,11 +422,12 @@ class OpenChunk:
     number of messages with terms and their summed length too.
     """
 
-    __slots__ = ("_by_term", "_stems", "documents", "length")
+    __slots__ = ("_by_term", "_roots", "_stems", "documents", "length")
 
     def __init__(self, texts: Iterable[tuple[int, str]]) -> None:
         self._by_term: dict[bytes, list[tuple[int, bytes]]] = {}
-        self._stems: dict[bytes, list[bytes]] | None = None
+        self._stems: dict[bytes, list[bytes]] | None = None  # terms by stem, when asked
+        self._roots: dict[bytes, list[bytes]] = {}  # and by each of their roots
         self.documents = self.length = 0
         pack = _POSTING.pack
         for index, text in texts:
@@ -452,12 +453,22 @@ class OpenChunk:
         """The terms the messages hold that begin with `start`."""
         return [term for term in self._by_term if term.startswith(start)]
 
-    def records_by_stem(
-        self, stem_of: Callable[[bytes], bytes], stem: bytes
+    def records_of_family(
+        self,
+        roots_of: Callable[[bytes], Iterable[bytes]],
+        stem: bytes,
+        roots: Iterable[bytes],
     ) -> list[tuple[int, bytes]]:
-        """The postings of every term whose stem (by `stem_of`, the same each call) is `stem`."""
+        """The postings of every term of a word's family (eva.core.stems.related): each
+        term one of whose roots (by `roots_of`, the same each call, its stem first)
+        is `stem`, or whose stem is one of `roots`."""
         if self._stems is None:
-            self._stems = {}
+            self._stems, self._roots = {}, {}
             for term in self._by_term:
-                self._stems.setdefault(stem_of(term), []).append(term)
-        return [record for term in self._stems.get(stem, []) for record in self._by_term[term]]
+                for place, root in enumerate(roots_of(term)):
+                    if place == 0:
+                        self._stems.setdefault(root, []).append(term)
+                    self._roots.setdefault(root, []).append(term)
+        family = [term for root in roots for term in self._stems.get(root, [])]
+        family += self._roots.get(stem, [])
+        return [record for term in dict.fromkeys(family) for record in self._by_term[term]]

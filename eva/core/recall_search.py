@@ -28,7 +28,7 @@ from eva.core.recall_index import (
 )
 from eva.core.slots import read_slots
 from eva.core.state import decode_meta
-from eva.core.stems import forms_prefix, stem
+from eva.core.stems import family_prefix, related, stem, stem_roots
 from eva.core.tables import Tables
 from eva.core.terms import AUTHOR_MARK, term_bytes
 
@@ -40,6 +40,11 @@ K1: Final = 1.2
 # the question asks about more than the person, and when it asks about them alone.
 AUTHOR_BOOST: Final = 0.3
 AUTHOR_ALONE_BOOST: Final = 1.0
+# A named person's own message that speaks of themselves ("I", "my", "we") counts
+# this much more again: what people say about themselves is what a question about
+# them is after.
+SELF_WORDS: Final = (b"i", b"me", b"my", b"myself", b"we", b"our")
+SELF_BOOST: Final = 1.0
 # The most messages a span may hold for `longest_within` to look through them.
 SPAN_READ: Final = 5000
 # A question's word this long or longer names a person whose name word it starts.
@@ -76,6 +81,7 @@ class _TermRecords:
     lengths: _Floats
     tfs: _Floats
     authors: float = 0.0  # for the marks of named people's own messages: their boost
+    boosted: _Floats | None = None  # for author marks: a factor on each record's score
 
 
 def _term_records(word: bytes, postings: list[tuple[int, bytes]]) -> _TermRecords:
@@ -109,8 +115,9 @@ def search(
     """The stream's messages best matching the words of `query`, by BM25.
 
     `query` is a text or its words (index terms). Each word matches every
-    indexed term with its stem (eva.core.stems): its forms count together as
-    one term would. `unindexed` are (index, text) of messages the index does
+    indexed term of its family (eva.core.stems.related: its stem, or one
+    with a derivational suffix more or less): they count together as one
+    term would. `unindexed` are (index, text) of messages the index does
     not hold yet (the projection indexes messages in whole chunks), or their
     `OpenChunk`; they are searched, and weigh in the statistics, exactly as
     if it held them.
@@ -125,7 +132,8 @@ def search(
     (eva.core.terms.author_words): their own messages count as one more
     word, as if each said the name, `author_boost` times over, and more the
     longer the message (a person's long messages say more about them than
-    their "ok"s).
+    their "ok"s), and twice as much (`SELF_BOOST`) when it speaks of
+    themselves ("I", "my", "we": `SELF_WORDS`).
 
     Hits are ranked by score, best first; equal scores put the newer message
     first. `total` counts every message holding at least one query word.
@@ -153,7 +161,7 @@ def search(
             for form in _forms(tables, prefix, word)
             for posting in term_postings(tables, prefix, form, buckets)[0]
         ]
-        postings.extend(chunk.records_by_stem(stem, stem(word)))
+        postings.extend(chunk.records_of_family(stem_roots, stem(word), stem_roots(word)))
         if postings:
             found.append(_term_records(word, postings))
     marks = [
@@ -162,7 +170,19 @@ def search(
         for posting in [*term_postings(tables, prefix, mark, buckets)[0], *chunk.records(mark)]
     ]
     if marks:
-        found.append(replace(_term_records(b"", marks), authors=author_boost))
+        own_records = replace(_term_records(b"", marks), authors=author_boost)
+        selfish = [
+            posting
+            for word in SELF_WORDS
+            for posting in [*term_postings(tables, prefix, word, buckets)[0], *chunk.records(word)]
+        ]
+        if selfish:  # their words about themselves count more
+            held = _term_records(b"", selfish).indexes
+            own_records = replace(
+                own_records,
+                boosted=(1 + SELF_BOOST * np.isin(own_records.indexes, held)).astype(np.float64),
+            )
+        found.append(own_records)
     if within:
         found = [kept for kept in (_kept(records, within) for records in found) if kept]
     if written_by:
@@ -213,11 +233,14 @@ def people_named(
 
 
 def _forms(tables: Tables, prefix: bytes, word: bytes) -> list[bytes]:
-    """The indexed terms that are forms of `word`: those with its stem (itself, if indexed)."""
+    """The indexed terms that are forms of `word` or of its family (eva.core.stems.related)."""
     wanted = stem(word)
     if wanted == word and not word.isalpha():  # numbers and the like: the word alone
         return [word]
-    return indexed_forms(tables, prefix, forms_prefix(word), lambda term: stem(term) == wanted)
+    roots = stem_roots(word)
+    return indexed_forms(
+        tables, prefix, family_prefix(word), lambda term: related(term, wanted, roots)
+    )
 
 
 def _held_by_all(
@@ -253,6 +276,7 @@ def _masked(records: _TermRecords, inside: npt.NDArray[np.bool_]) -> _TermRecord
         indexes=records.indexes[inside],
         lengths=records.lengths[inside],
         tfs=records.tfs[inside],
+        boosted=None if records.boosted is None else records.boosted[inside],
     )
 
 
@@ -273,6 +297,8 @@ def _best(
         if records.authors:  # longer own messages count more, 1 at the mean length
             mean = length / documents
             term_scores = weight * records.authors * 2 * records.lengths / (records.lengths + mean)
+            if records.boosted is not None:
+                term_scores = term_scores * records.boosted
         else:
             term_scores = weight * tfs / (tfs + constant + length_weight * records.lengths)
         matched[indexes] = True

@@ -253,7 +253,7 @@ RECALL_HITS = 100
 # conversation's recalls come one after another while its channel stands still.
 OPEN_CHUNKS_KEPT = 16
 _open_chunks: dict[tuple[int, StreamId, int, frozenset[int]], OpenChunk] = {}
-RECALL_CAP_BYTES = 8000
+RECALL_CAP_BYTES = 12_000  # `eva recall`: about what an answer was when recall was first measured
 
 
 def recall(
