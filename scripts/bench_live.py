@@ -748,7 +748,7 @@ def main() -> int:
         with serving_collector(), tempfile.TemporaryDirectory(prefix="eva-bench-live-") as tmp:
             freeze_start_up()
             crowd = trio.run(crowd_phase, Path(tmp) / "crowd", posts, args.sleeping_channels)
-        print(json.dumps({"crowd": crowd, "writer": args.writer}))
+        print(json.dumps({"crowd": crowd}))
         return 0
     default = MemorySettings(quiet_ms=QUIET_MS)
     small = MemorySettings(
@@ -803,7 +803,6 @@ def main() -> int:
         "anon_per_channel_kb": sleeping["anon_per_channel_kb"],
         "sleeping_channels": sleeping["sleeping_channels"],
         "window": args.window,
-        "writer": args.writer,
         "settings": {
             "default_phase": {"compress_at_bytes": default.compress_at_bytes,
                               "quiet_ms": default.quiet_ms},

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from eva.core import recall as recall_module
 from eva.core import recall_search
 from eva.core.block import ShownMessage
 from eva.core.keys import StreamId, stream_prefix
@@ -533,3 +534,17 @@ def test_search_feeds_recall_end_to_end() -> None:
     assert "  [0]" in text
     assert "  [2]" in text
     assert "[3]" not in text  # one message of context on each side
+
+
+@given(
+    query=st.text(max_size=20),
+    texts=st.lists(st.text(min_size=1, max_size=30), min_size=1, max_size=5),
+    hits=st.integers(0, 50),
+    more=st.integers(0, 50),
+)
+def test_the_size_of_an_answer_is_worked_out_as_its_text_would_be(
+    query: str, texts: list[str], hits: int, more: int
+) -> None:
+    sizes = [utf8_size(text) for text in texts]
+    made = recall_module._render(query, texts, hits, hits + more, more)
+    assert recall_module._rendered_size(query, sizes, hits, hits + more) == utf8_size(made)

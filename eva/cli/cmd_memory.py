@@ -70,7 +70,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     recall_parser.add_argument("channel", help="GUILD/CHANNEL, a channel id, or a channel name")
     recall_parser.add_argument("words", nargs="+", help="the words to look for")
     recall_parser.add_argument(
-        "--cap", type=int, default=RECALL_CAP_BYTES, help="most bytes of output (default %(default)s)"
+        "--cap",
+        type=int,
+        default=RECALL_CAP_BYTES,
+        help="most bytes of output (default %(default)s)",
     )
     add_data_option(recall_parser)
     add_settings_option(recall_parser)

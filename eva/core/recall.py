@@ -186,10 +186,21 @@ def _render(query: str, texts: list[str], hits: int, total: int, more: int) -> s
     """The answer's text from its windows' texts and how many hits they show."""
     if not texts:
         return f'No messages match "{query}".'
-    parts = [f'{total} messages match "{query}"; the best {hits}, with context:', *texts]
-    if more:
-        parts.append(f"... {more} more hits; refine the words")
-    return "\n\n".join(parts)
+    return "\n\n".join(_framed(query, texts, hits, total, more))
+
+
+def _framed(query: str, texts: list[str], hits: int, total: int, more: int) -> list[str]:
+    """The answer's parts: a head line, the windows' texts, and a line on the hits left."""
+    head = f'{total} messages match "{query}"; the best {hits}, with context:'
+    return [head, *texts, f"... {more} more hits; refine the words"] if more else [head, *texts]
+
+
+def _rendered_size(query: str, sizes: list[int], hits: int, total: int) -> int:
+    """The bytes of `_render` of windows' texts `sizes` bytes long (at least one), without
+    making it."""
+    frame = _framed(query, [], hits, total, total - hits)
+    parts = len(frame) + len(sizes)
+    return sum(map(utf8_size, frame)) + sum(sizes) + 2 * (parts - 1)
 
 
 def recall_view(
@@ -218,6 +229,7 @@ def recall_view(
     windows: list[_Window] = []
     shown: list[tuple[RecallLine, ...]] = []  # each window's lines
     texts: list[str] = []  # and its text
+    sizes: list[int] = []  # and the text's bytes
     shown_hits = misfits = 0
     made: dict[tuple[int, bool], RecallLine] = {}
     for index, score in result.hits:
@@ -239,21 +251,28 @@ def recall_view(
         grown = _with_hit(windows, new)
         # Only the window the hit went into is new; the others keep their lines.
         before = {id(window): place for place, window in enumerate(windows)}
-        grown_shown, grown_texts = [], []
+        grown_shown, grown_texts, grown_sizes = [], [], []
         for window in grown:
             place = before.get(id(window))
-            lines = window.shown(tz, made) if place is None else shown[place]
-            grown_shown.append(lines)
-            grown_texts.append(_window_text(lines) if place is None else texts[place])
+            if place is None:
+                lines = window.shown(tz, made)
+                text = _window_text(lines)
+                grown_shown.append(lines)
+                grown_texts.append(text)
+                grown_sizes.append(utf8_size(text))
+            else:
+                grown_shown.append(shown[place])
+                grown_texts.append(texts[place])
+                grown_sizes.append(sizes[place])
         counted = shown_hits + matched
-        text = _render(query, grown_texts, counted, result.total, result.total - counted)
-        if utf8_size(text) > cap_bytes:
+        if _rendered_size(query, grown_sizes, counted, result.total) > cap_bytes:
             misfits += 1
             if misfits == MISFITS_TRIED:
                 break
             continue
         misfits = 0
-        windows, shown, texts, shown_hits = grown, grown_shown, grown_texts, counted
+        windows, shown, texts, sizes = grown, grown_shown, grown_texts, grown_sizes
+        shown_hits = counted
     return RecallView(
         query=query,
         total=result.total,
