@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,6 +14,7 @@ from eva.cli.main import main
 from eva.core import keys
 from eva.demo.friends import DEMO_QUERY, friends_export
 from eva.store.lmdb_kv import open_backend
+from eva.store.replay import SCRATCH_PREFIX, clear_left_scratch
 
 
 @pytest.fixture
@@ -224,3 +228,18 @@ def test_audit_at_a_chat_time_shows_the_row_eva_read_then(
     assert main(["audit", "3/4", "--at", "2019-06-29", "--data", str(data)]) == 1
     assert "--chat-at takes a time of the chat" in capsys.readouterr().err
     open_backend(data).close()
+
+
+def test_a_scratch_folder_a_killed_replay_left_is_cleared(tmp_path: Path) -> None:
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True, text=True, check=True,
+    )
+    left = tmp_path / f"{SCRATCH_PREFIX}{int(gone.stdout)}-abc"
+    (left / "inside").mkdir(parents=True)
+    running = tmp_path / f"{SCRATCH_PREFIX}{os.getpid()}-def"
+    running.mkdir()
+    other = tmp_path / "eva-replay-notapid"
+    other.mkdir()
+    assert clear_left_scratch(tmp_path) == [left]
+    assert not left.exists() and running.exists() and other.exists()

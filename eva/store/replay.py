@@ -15,6 +15,8 @@
 from __future__ import annotations
 
 import hashlib
+import os
+import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -343,9 +345,38 @@ def _in_memory() -> Iterator[_MemoryScratch]:
     yield _MemoryScratch()
 
 
+SCRATCH_PREFIX = "eva-replay-"
+"""The start of a scratch folder's name, before the id of the process that made it."""
+
+
+def clear_left_scratch(folder: Path) -> list[Path]:
+    """Remove the scratch folders in `folder` of replays that were killed (named for a
+    process that is gone); returns them."""
+    cleared = []
+    for path in folder.glob(f"{SCRATCH_PREFIX}*-*"):
+        owner = path.name.removeprefix(SCRATCH_PREFIX).split("-", 1)[0]
+        if owner.isdigit() and not _running(int(owner)):
+            shutil.rmtree(path, ignore_errors=True)
+            cleared.append(path)
+    return cleared
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
 @contextmanager
 def _scratch() -> Iterator[_Scratch]:
-    with tempfile.TemporaryDirectory(prefix="eva-replay-") as folder:
+    """A scratch environment in a folder of the temporary directory, removed after; one
+    a killed replay left there is removed by the next."""
+    clear_left_scratch(Path(tempfile.gettempdir()))
+    with tempfile.TemporaryDirectory(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-") as folder:
         scratch = _Scratch(Path(folder))
         try:
             yield scratch
