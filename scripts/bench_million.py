@@ -13,7 +13,12 @@ latter are the data file's pages in the kernel's cache, which a read maps and
 the kernel takes back when it needs them. The last line printed is a JSON
 object.
 
-    python scripts/bench_million.py [--repeat 22] [--keep DIR]
+    python scripts/bench_million.py [--repeat 22] [--keep DIR] [--reshard]
+
+With --reshard, the channel is then moved by `eva reshard` to the directory of
+the shard that owns it among two new ones (copied, replayed there and
+compared, removed and compacted away in the old one): its time and peak
+memory are reported apart from the three steps'.
 """
 
 from __future__ import annotations
@@ -135,6 +140,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=22, help="copies of the sample (22: ~1M)")
     parser.add_argument("--keep", type=Path, help="work in DIR and leave it there")
+    parser.add_argument(
+        "--reshard", action="store_true", help="then move the channel to another directory"
+    )
     parser.add_argument("--write-export", type=Path, help=argparse.SUPPRESS)  # the child's part
     args = parser.parse_args()
     if args.write_export is not None:
@@ -163,6 +171,11 @@ def main() -> int:
             f"(target {PEAK_MB}), data directory {disk_mb:.0f} MB"
         )
         figures = {"messages": messages, **steps, "total_s": round(total, 1)}
+        if args.reshard:
+            shards = [str(work / f"shard-{i}") for i in range(2)]
+            figures["reshard"] = run_step(
+                "reshard", ["reshard", "--shard-count", "2", *shards, "--from", str(data)]
+            )
         print(json.dumps(figures | {"disk_mb": round(disk_mb)}))
     return 0
 

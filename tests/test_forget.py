@@ -6,6 +6,8 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+import pytest
+
 from eva.core.events import LineWritten, MessagePosted
 from eva.core.forget import join_corpus, joined_from, person_hash
 from eva.core.keys import StreamId
@@ -14,6 +16,7 @@ from eva.core.summarize import OfflineSummarizer
 from eva.memory.build import Memory
 from eva.memory.forget import ForgetReport, forget
 from eva.memory.view import memory_text, recall
+from eva.store import erasure
 from eva.store.erasure import prove_erased, scan_files
 from eva.store.event_store import Appended, EventStore
 from eva.store.lmdb_kv import open_backend
@@ -227,3 +230,29 @@ def test_a_forgotten_text_left_in_a_file_is_found_unless_others_words_make_it(
     report = prove_erased(store, tmp_path / "data", forgotten)
     assert (report.hits, report.texts_found) == (1, 1)  # Bo's own words only
     assert report.texts == 2  # "aaaahhhh" is in what the recall index keeps of Cy's words
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 7, 13, 1 << 20])
+def test_a_scan_finds_texts_across_the_chunks_a_file_is_read_in_once_each(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int
+) -> None:
+    monkeypatch.setattr(erasure, "SCAN_CHUNK", chunk)
+    folder = tmp_path / "files"
+    folder.mkdir()
+    (folder / "a").write_bytes("..marigold..ferry at noon..héllo wörld..marigold".encode())
+    (folder / "b").write_bytes(b"marigoldmarigold ololo")
+    texts = ["marigold", "ferry at noon", "héllo wörld", "olo", "absent"]
+    report = scan_files(folder, texts)
+
+    def occurrences(text: str, data: bytes) -> int:
+        wanted = text.encode()
+        return sum(data.startswith(wanted, at) for at in range(len(data)))
+
+    expected = {
+        at: times
+        for at, text in enumerate(texts)
+        if (times := sum(occurrences(text, f.read_bytes()) for f in folder.iterdir()))
+    }
+    assert dict(report.found) == expected == {0: 4, 1: 1, 2: 1, 3: 2}
+    assert report.hits == 8
+    assert report.bytes == sum(len(f.read_bytes()) for f in folder.iterdir())

@@ -42,3 +42,27 @@ def combined_digest(digests: TableDigests) -> str:
 def differing_tables(live: TableDigests, rebuilt: TableDigests) -> list[str]:
     """The tables whose entries are not byte-for-byte equal, by their digests."""
     return [table for table in PROJECTION_TABLES if live[table] != rebuilt[table]]
+
+
+class RowsDigest:
+    """`table_digest` of rows given a chunk at a time, their count known beforehand: the
+    SHA-256 of the msgpack array that `encoded_rows` makes of them all."""
+
+    def __init__(self, count: int) -> None:
+        self._hash = hashlib.sha256(array_header(count))
+
+    def update(self, rows: Sequence[tuple[bytes, bytes]]) -> None:
+        encoded = msgspec.msgpack.encode(rows)
+        self._hash.update(memoryview(encoded)[len(array_header(len(rows))) :])
+
+    def finish(self) -> bytes:
+        return self._hash.digest()
+
+
+def array_header(count: int) -> bytes:
+    """The msgpack header of an array of `count` items."""
+    if count < 16:
+        return bytes([0x90 | count])
+    if count < 1 << 16:
+        return b"\xdc" + count.to_bytes(2, "big")
+    return b"\xdd" + count.to_bytes(4, "big")

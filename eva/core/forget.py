@@ -10,7 +10,8 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from itertools import islice
 
 import ahocorasick
 import msgspec
@@ -198,13 +199,13 @@ def _slot(tables: Tables, stream: StreamId, meta: StreamMeta, index: int) -> Mes
     return slot
 
 
-def proof_texts(forgotten: list[str], surviving: list[str]) -> list[str]:
+def proof_texts(forgotten: list[str], surviving: Iterable[str]) -> list[str]:
     """The forgotten texts a file scan can look for without false alarms.
 
     Texts under PROOF_MIN_BYTES are too common to prove anything, and a text
     that someone else also wrote (it appears in a surviving text) may rightly
     stay; the rest must appear nowhere, but for `joined_from`. One pass over
-    the surviving texts finds them all.
+    the surviving texts, read `SURVIVING_BATCH` at a time, finds them all.
     """
     candidates = [
         text
@@ -217,15 +218,23 @@ def proof_texts(forgotten: list[str], surviving: list[str]) -> list[str]:
     for number, text in enumerate(candidates):
         automaton.add_word(text, number)
     automaton.make_automaton()
-    shared = {number for _, number in automaton.iter("\0".join(surviving))}
+    shared: set[int] = set()
+    texts = iter(surviving)
+    while batch := list(islice(texts, SURVIVING_BATCH)):
+        shared.update(number for _, number in automaton.iter("\0".join(batch)))
     return [text for number, text in enumerate(candidates) if number not in shared]
+
+
+SURVIVING_BATCH = 10_000
+"""Surviving texts searched together by `proof_texts` (joined by NULs, which no text
+holds a match across)."""
 
 
 JOIN_SPACES_MOST = 32
 """Spaces in a text beyond which `joined_from` does not look for joins in it."""
 
 
-def join_corpus(surviving: list[str]) -> str:
+def join_corpus(surviving: Iterable[str]) -> str:
     """The surviving texts for `joined_from`: white space collapsed, each between NULs."""
     collapsed = (" ".join(text.split()) for text in surviving)
     return "\0" + "\0".join(text for text in collapsed if text) + "\0"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import time
 from collections import Counter
-from collections.abc import Container
+from collections.abc import Container, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -80,8 +80,19 @@ class ScanReport:
         return replace(self, hits=hits, texts_found=len(kept), found=kept)
 
 
+RELEASE_MESSAGES = 8192
+"""Messages `surviving_texts` reads between two releases of the pages it read."""
+SCAN_CHUNK = 16 << 20
+"""Bytes of a file searched at a time by `scan_files`."""
+
+
 def scan_files(directory: Path, texts: list[str]) -> ScanReport:
-    """Count every occurrence of each text's UTF-8 bytes in every file under `directory`."""
+    """Count every occurrence of each text's UTF-8 bytes in every file under `directory`.
+
+    A file is read `SCAN_CHUNK` bytes at a time, each chunk searched with the
+    end of the one before it (one byte short of the longest text), so a text
+    across two chunks is found once, and memory stays that of one chunk.
+    """
     first_at: dict[str, int] = {}
     for at, text in enumerate(texts):
         if text:
@@ -90,50 +101,56 @@ def scan_files(directory: Path, texts: list[str]) -> ScanReport:
     if not patterns:
         return ScanReport(0, 0, 0, 0, 0)
     automaton = ahocorasick.Automaton(ahocorasick.STORE_INTS)
-    for number, text in enumerate(patterns):
-        # Files are read as Latin-1, one character per byte, so the UTF-8 bytes
-        # of a text are matched exactly, wherever they start.
-        automaton.add_word(text.encode().decode("latin-1"), number)
+    # Files are read as Latin-1, one character per byte, so the UTF-8 bytes of a
+    # text are matched exactly, wherever they start.
+    encoded = [text.encode().decode("latin-1") for text in patterns]
+    for number, text in enumerate(encoded):
+        automaton.add_word(text, number)
     automaton.make_automaton()
+    keep = max(map(len, encoded)) - 1  # of a chunk, searched again with the next
     files = total = hits = 0
     found: Counter[int] = Counter()
     for root, _, names in os.walk(directory):
         for name in names:
-            data = (Path(root) / name).read_bytes()
             files += 1
-            total += len(data)
-            for _, number in automaton.iter(data.decode("latin-1")):
-                hits += 1
-                found[number] += 1
+            with open(Path(root) / name, "rb") as file:
+                tail = ""
+                while chunk := file.read(SCAN_CHUNK):
+                    total += len(chunk)
+                    searched = tail + chunk.decode("latin-1")
+                    for end, number in automaton.iter(searched):
+                        if end >= len(tail):  # one ending in the tail was counted before
+                            hits += 1
+                            found[number] += 1
+                    tail = searched[max(len(searched) - keep, 0) :] if keep else ""
     places = tuple(sorted((first_at[patterns[number]], times) for number, times in found.items()))
     return ScanReport(len(patterns), files, total, hits, len(found), places)
 
 
-def surviving_texts(store: EventStore, guilds: Container[int] | None = None) -> list[str]:
+def surviving_texts(store: EventStore, guilds: Container[int] | None = None) -> Iterator[str]:
     """The texts of every message still stored, of everyone, in every channel (of
     `guilds` only, if given), and their search terms as the recall index keeps them
-    (words folded in case and accents)."""
-    texts: list[str] = []
+    (words folded in case and accents); read a channel at a time as they are asked for."""
     for meta in store.streams():
         if guilds is not None and meta.guild_id not in guilds:
             continue
         stream = StreamId(meta.guild_id, meta.channel_id)
         with store.backend.reading() as tables:
-            for _, message in read_messages(tables, stream, 0, meta.messages):
-                texts.append(message.content)
-                texts.extend(message.attachments)
-                texts.append(" ".join(terms(indexed_text(message.content, message.attachments))))
-    return texts
+            for count, (_, message) in enumerate(read_messages(tables, stream, 0, meta.messages)):
+                yield message.content
+                yield from message.attachments
+                yield " ".join(terms(indexed_text(message.content, message.attachments)))
+                if count % RELEASE_MESSAGES == RELEASE_MESSAGES - 1:
+                    store.backend.release_pages()  # the pages read so far (a long channel)
 
 
 def prove_erased(store: EventStore, data_dir: Path, forgotten: list[str]) -> ScanReport:
     """Scan every file of `data_dir` for the forgotten texts that prove anything
     (`proof_texts`); a text found that reads across the joins of surviving texts
     (`joined_from`) does not count as found."""
-    surviving = surviving_texts(store)
-    texts = proof_texts(forgotten, surviving)
+    texts = proof_texts(forgotten, surviving_texts(store))
     scan = scan_files(data_dir, texts)
     if not scan.hits:
         return scan
-    corpus = join_corpus(surviving)
+    corpus = join_corpus(surviving_texts(store))
     return scan.without({at for at, _ in scan.found if joined_from(texts[at], corpus)})

@@ -12,15 +12,17 @@
 # The `batches` table (task fingerprints, no text, of no one stream) is not moved.
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
+from itertools import islice
 
 from eva.core import keys
 from eva.core.chain import first_seal
-from eva.core.keys import CHAIN, EVENTS, PROJECTION_TABLES, StreamId, Table
+from eva.core.digest import RowsDigest, TableDigests, combined_digest
+from eva.core.events import MessagePosted, decode_event
+from eva.core.keys import CHAIN, DISCORD_IDS, EVENTS, PROJECTION_TABLES, StreamId, Table
 from eva.core.projection import read_meta
-from eva.core.replay import digest, projection_rows
 from eva.core.tables import Tables
 from eva.store.kv import Backend
 
@@ -29,6 +31,10 @@ STREAM_TABLES: tuple[Table, ...] = (EVENTS, CHAIN, *PROJECTION_TABLES)
 RECORD: Table = "streams"
 COPY_ROWS = 50_000
 """Entries a copy writes in one transaction, at most (but whole small streams together)."""
+DIGEST_ROWS = 4096
+"""Entries hashed at a time when a stream's digest is worked out."""
+DELETE_ROWS = 4096
+"""Entries read at a time when a stream is removed."""
 
 Rows = list[tuple[Table, bytes, bytes]]
 
@@ -43,8 +49,12 @@ class StreamState:
     digest: str
 
 
-def stream_state(tables: Tables, stream: StreamId) -> StreamState | None:
-    """The stream's state inside an open transaction; None if it has no record."""
+def stream_state(
+    tables: Tables, stream: StreamId, release: Callable[[], None] = lambda: None
+) -> StreamState | None:
+    """The stream's state inside an open transaction; None if it has no record.
+    `release` lets go of the pages read so far (LmdbBackend.release_pages), called
+    now and then."""
     meta = read_meta(tables, stream)
     if meta is None:
         return None
@@ -53,24 +63,69 @@ def stream_state(tables: Tables, stream: StreamId) -> StreamState | None:
     else:
         found = tables.get(CHAIN, keys.event_key(stream, meta.position - 1))
         head = b"" if found is None else bytes(found)
-    return StreamState(meta.position, head.hex(), digest(projection_rows(tables, stream)))
+    return StreamState(meta.position, head.hex(), streamed_digest(tables, stream, release))
 
 
-def stream_entries(tables: Tables, stream: StreamId) -> Rows:
-    """Every entry of the stream, table by table, its record last."""
+def streamed_digest(
+    tables: Tables, stream: StreamId, release: Callable[[], None] = lambda: None
+) -> str:
+    """eva.core.replay.digest of the stream's projections, read a chunk at a time
+    (`release` called after each)."""
+    ids = _discord_id_keys(tables, stream, release)
+    digests: TableDigests = {}
+    for table in PROJECTION_TABLES:
+        digest = RowsDigest(sum(1 for _ in _table_rows(tables, stream, table, ids)))
+        release()
+        rows = _table_rows(tables, stream, table, ids)
+        while chunk := list(islice(rows, DIGEST_ROWS)):
+            digest.update(chunk)
+            release()
+        digests[table] = digest.finish()
+    return combined_digest(digests)
+
+
+def stream_entries(
+    tables: Tables, stream: StreamId, release: Callable[[], None] = lambda: None
+) -> Iterator[tuple[Table, bytes, bytes]]:
+    """Every entry of the stream, table by table, its record last, read as they are asked
+    for (a long stream is never held whole; `release` is called now and then)."""
     prefix = keys.stream_prefix(stream)
     end = keys.prefix_end(prefix)
-    rows: Rows = [
-        (table, bytes(key), bytes(value))
-        for table in (EVENTS, CHAIN)
-        for key, value in tables.scan(table, prefix, end)
-    ]
-    projections = projection_rows(tables, stream)
-    for table in PROJECTION_TABLES:
-        if table != RECORD:
-            rows.extend((table, bytes(k), bytes(v)) for k, v in projections[table])
-    rows.extend((RECORD, bytes(k), bytes(v)) for k, v in projections[RECORD])
-    return rows
+    for table in (EVENTS, CHAIN):
+        for key, value in tables.scan(table, prefix, end):
+            yield table, bytes(key), bytes(value)
+    ids = _discord_id_keys(tables, stream, release)
+    for table in (*(t for t in PROJECTION_TABLES if t != RECORD), RECORD):
+        for key, value in _table_rows(tables, stream, table, ids):
+            yield table, bytes(key), bytes(value)
+
+
+def _discord_id_keys(
+    tables: Tables, stream: StreamId, release: Callable[[], None] = lambda: None
+) -> list[bytes]:
+    """The keys of the `discord_ids` entries of the messages posted in the stream's log, in
+    key order (they do not sit together: see keys.discord_id_key); `release` is called
+    every `DIGEST_ROWS` events read."""
+    prefix = keys.stream_prefix(stream)
+    found = []
+    for count, (_, data) in enumerate(tables.scan(EVENTS, prefix, keys.prefix_end(prefix))):
+        if isinstance(event := decode_event(data), MessagePosted):
+            found.append(keys.discord_id_key(stream, event.message_id))
+        if count % DIGEST_ROWS == DIGEST_ROWS - 1:
+            release()
+    return sorted(found)
+
+
+def _table_rows(
+    tables: Tables, stream: StreamId, table: Table, ids: list[bytes]
+) -> Iterator[tuple[bytes, bytes]]:
+    """One projection table's entries of the stream in key order (`discord_ids`: those
+    held under `ids`), as eva.core.replay.projection_rows gives them."""
+    if table == DISCORD_IDS:
+        get = tables.get
+        return ((key, value) for key in ids if (value := get(DISCORD_IDS, key)) is not None)
+    prefix = keys.stream_prefix(stream)
+    return iter(tables.scan(table, prefix, keys.prefix_end(prefix)))
 
 
 def holds_entries(tables: Tables, stream: StreamId) -> bool:
@@ -83,11 +138,27 @@ def holds_entries(tables: Tables, stream: StreamId) -> bool:
     )
 
 
-def _delete_entries(tables: Tables, stream: StreamId) -> int:
-    found = stream_entries(tables, stream)
-    for table, key, _ in found:
-        tables.delete(table, key)
-    return len(found)
+def _delete_entries(
+    tables: Tables, stream: StreamId, release: Callable[[], None] = lambda: None
+) -> int:
+    """Delete the stream's entries, found `DELETE_ROWS` at a time (`release` called after
+    each); how many went."""
+    deleted = 0
+    for key in _discord_id_keys(tables, stream, release):  # from the log: before it goes
+        if tables.get(DISCORD_IDS, key) is not None:
+            tables.delete(DISCORD_IDS, key)
+            deleted += 1
+    prefix = keys.stream_prefix(stream)
+    end = keys.prefix_end(prefix)
+    for table in STREAM_TABLES:
+        if table == DISCORD_IDS:
+            continue
+        while chunk := [bytes(k) for k, _ in islice(tables.scan(table, prefix, end), DELETE_ROWS)]:
+            for key in chunk:
+                tables.delete(table, key)
+            deleted += len(chunk)
+            release()
+    return deleted
 
 
 def remove_streams(backend: Backend, streams: Sequence[StreamId]) -> int:
@@ -96,7 +167,9 @@ def remove_streams(backend: Backend, streams: Sequence[StreamId]) -> int:
     The words stay in the file's freed pages until it is compacted
     (`LmdbBackend.compact`).
     """
-    return backend.write(lambda tables: sum(_delete_entries(tables, s) for s in streams))
+    return backend.write(
+        lambda tables: sum(_delete_entries(tables, s, backend.release_pages) for s in streams)
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +186,8 @@ def copy_streams(
     source: Backend, target: Backend, streams: Sequence[StreamId], rows_most: int | None = None
 ) -> list[Copied]:
     """Copy the streams' entries from `source` to `target`, whole small streams together
-    and a long one in several transactions, its record in the last.
+    and a long one in several transactions, its record in the last. A long stream is
+    read as it is written, `rows_most` entries at a time, never held whole.
 
     A stream the target holds already is left alone: the same one is `already`
     copied, another one a `conflict`. A stream without a record in the target but
@@ -124,7 +198,7 @@ def copy_streams(
     pending: Rows = []
     for stream in streams:
         with source.reading() as tables:
-            state = stream_state(tables, stream)
+            state = stream_state(tables, stream, source.release_pages)
         if state is None:
             continue
         with target.reading() as tables:
@@ -138,9 +212,11 @@ def copy_streams(
             _flush(target, pending)
             target.write(partial(_delete_entries, stream=stream))
         with source.reading() as tables:
-            pending.extend(stream_entries(tables, stream))
-        if len(pending) >= rows_most:
-            _flush(target, pending, rows_most)
+            for entry in stream_entries(tables, stream, source.release_pages):
+                pending.append(entry)
+                if len(pending) >= rows_most:
+                    _flush(target, pending)
+                    source.release_pages()
         results.append(Copied(stream, state, already=False))
     _flush(target, pending)
     return results

@@ -24,6 +24,7 @@ import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 
 from eva.core.keys import StreamId
@@ -35,6 +36,13 @@ from eva.store.moving import Copied, copy_streams, remove_streams
 from eva.store.replay import replay_stream
 
 JOURNAL = "reshard.json"
+PROOF_TEXTS_MOST = 60_000
+"""Texts of the moved messages a directory they left is scanned for, at most: a moved
+guild of more is checked by an even spread of them (a page kept by mistake holds many
+messages, so it is found all the same), and the scan's memory stays bounded."""
+TEXTS_PER_MESSAGE = 3
+"""About how many texts `surviving_texts` gives a message (its text, its search terms and
+any attachment)."""
 BATCH_EVENTS = 200_000
 """Events of the guilds moved between two directories that are copied, verified and
 removed together (one removal transaction), at most; a larger guild goes alone."""
@@ -328,8 +336,11 @@ def drop_journal(directory: Path) -> None:
     fsync_dir(directory)
 
 
-def guild_texts(place: Place, guilds: set[int]) -> list[str]:
-    """The texts of every message of the guilds that a place holds, and their search terms."""
-    return surviving_texts(place.store, guilds)
+def guild_texts(place: Place, guilds: set[int], most: int = PROOF_TEXTS_MOST) -> list[str]:
+    """The texts of the messages of the guilds that a place holds, and their search terms:
+    of every one, or of an even spread of them when there are more than `most` texts."""
+    messages = sum(m.messages for m in place.store.streams() if m.guild_id in guilds)
+    every = max(1, -(-messages * TEXTS_PER_MESSAGE // most))
+    return list(islice(surviving_texts(place.store, guilds), 0, None, every))[:most]
 
 
