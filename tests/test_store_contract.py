@@ -568,6 +568,46 @@ class StoreContract:
         with store.backend.reading() as tables:
             assert tables.get("messages", slot_key) is None
 
+    def test_a_long_streams_repair_is_rewritten_in_pieces_and_finished_when_cut_short(
+        self, store: EventStore, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        # As for a channel of millions of events: rebuilt on disk, rewritten a few at a time.
+        monkeypatch.setattr(replay_module, "MEMORY_REBUILD_EVENTS", 10)
+        monkeypatch.setattr(replay_module, "REWRITE_ROWS", 3)
+        store.append(A, [posted(i, f"word{i} common") for i in range(40)])
+        store.append(B, [posted(i) for i in range(3)])
+        prefix = keys.stream_prefix(A)
+        with store.backend.reading() as tables:
+            slots = list(tables.scan("messages", prefix, keys.prefix_end(prefix)))
+
+        def damage(tables: Tables) -> None:
+            for key, _ in slots[:7]:
+                tables.delete("messages", key)
+            tables.delete("discord_ids", keys.discord_id_key(A, 1005))
+            tables.put("ready", prefix + b"stray", b"")
+
+        store.backend.write(damage)
+        write = store.backend.write
+        writes = 0
+
+        def cut_short(work: Any) -> Any:
+            nonlocal writes
+            writes += 1
+            if writes == 4:
+                raise OSError("killed")
+            return write(work)
+
+        monkeypatch.setattr(store.backend, "write", cut_short)
+        with pytest.raises(OSError):
+            repair_stream(store, A)
+        monkeypatch.setattr(store.backend, "write", write)
+        assert not replay_stream(store, A).ok  # part rewritten
+        repaired = repair_stream(store, A)
+        assert set(repaired.rewritten) <= {"messages", "discord_ids", "ready"}
+        assert repaired.events == 40
+        assert_replays(store)
+        assert store.index_of(A, 1005) == 5
+
     def test_recall_indexes_messages_in_whole_chunks_with_their_text_then(
         self, store: EventStore
     ) -> None:

@@ -401,11 +401,20 @@ def repair_stream(
     """Make one stream's projections exactly what its events give.
 
     Each projection table of the stream that differs from a rebuild is
-    replaced by the rebuilt one, in one write transaction; a stream that
-    matches is left alone. Raises `LogMovedError`, writing nothing, when
-    events were appended to the stream after the rebuild read it: run it
-    while nothing else writes to the data directory.
+    replaced by the rebuilt one; a stream that matches is left alone. A
+    short stream is rebuilt in memory and rewritten in one write
+    transaction. A long one (`MEMORY_REBUILD_EVENTS` events or more) is
+    rebuilt in a scratch environment and rewritten `REWRITE_ROWS` entries a
+    transaction, its record last, so memory stays bounded: one cut short
+    leaves its projections part rewritten, and running it again finishes
+    it. Raises `LogMovedError`, writing nothing, when events were appended
+    to the stream after the rebuild read it: run it while nothing else
+    writes to the data directory.
     """
+    meta = store.meta(stream)
+    if meta is not None and meta.position >= MEMORY_REBUILD_EVENTS:
+        with _scratch() as scratch:
+            return _repair_long(store, stream, scratch, progress)
     prefix = keys.stream_prefix(stream)
     end = keys.prefix_end(prefix)
     with store.backend.reading() as tables:
@@ -432,3 +441,66 @@ def repair_stream(
 
     store.backend.write(rewrite)
     return RepairResult(stream, events, differing)
+
+
+REWRITE_ROWS = 8192
+"""Entries a long stream's repair deletes or writes in one transaction."""
+
+
+def _repair_long(
+    store: EventStore,
+    stream: StreamId,
+    scratch: _Scratch,
+    progress: Callable[[int], None] | None,
+) -> RepairResult:
+    """`repair_stream` of a long stream: rebuilt into `scratch` and compared a chunk at a
+    time (as `eva replay` does), then each differing table rewritten in pieces."""
+    result = _replay(store, stream, scratch, progress, check_seals=False)
+    if not result.differing:
+        return RepairResult(stream, result.events, ())
+    prefix = keys.stream_prefix(stream)
+    end = keys.prefix_end(prefix)
+
+    def unmoved(tables: Tables) -> None:
+        after = tables.scan("events", keys.event_key(stream, result.events), end)
+        if next(iter(after), None) is not None:
+            raise LogMovedError(f"{stream}: events were added while it was rebuilt")
+
+    store.backend.write(unmoved)
+    differing = [table for table in PROJECTION_TABLES if table in result.differing]
+    tables_in_order = sorted(differing, key=lambda table: table == "streams")  # the record last
+    with scratch.reading() as rebuilt:
+        for table in tables_in_order:
+            if table == DISCORD_IDS:  # a stream's ids do not sit together: the ones it made
+                made = [bytes(key) for key, _ in rebuilt.scan(DISCORD_IDS, *_ALL_KEYS)]
+                for start in range(0, len(made), REWRITE_ROWS):
+                    piece = made[start : start + REWRITE_ROWS]
+                    store.backend.write(partial(_delete_keys, table=table, found=piece))
+            else:
+                while store.backend.write(partial(_delete_first, table=table, prefix=prefix)):
+                    pass
+            rows = rebuilt.scan(table, *_ALL_KEYS)
+            while piece_rows := [(bytes(k), bytes(v)) for k, v in islice(rows, REWRITE_ROWS)]:
+                store.backend.write(partial(_put_rows, table=table, rows=piece_rows))
+                store.backend.release_pages()
+                scratch.release_pages()
+    return RepairResult(stream, result.events, result.differing)
+
+
+def _delete_keys(tables: Tables, table: Table, found: list[bytes]) -> None:
+    for key in found:
+        if tables.get(table, key) is not None:
+            tables.delete(table, key)
+
+
+def _delete_first(tables: Tables, table: Table, prefix: bytes) -> int:
+    """Delete up to `REWRITE_ROWS` of the stream's entries of `table`; how many went."""
+    entries = tables.scan(table, prefix, keys.prefix_end(prefix))
+    found = [bytes(key) for key, _ in islice(entries, REWRITE_ROWS)]
+    for key in found:
+        tables.delete(table, key)
+    return len(found)
+
+
+def _put_rows(tables: Tables, table: Table, rows: list[tuple[bytes, bytes]]) -> None:
+    tables.put_many(table, rows)
