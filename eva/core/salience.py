@@ -53,11 +53,9 @@ class Unit(NamedTuple):
     score: float
 
 
-@functools.lru_cache(maxsize=1 << 16)
 def clauses(body: str) -> tuple[str, ...]:
     """`body`'s clauses: split after a sentence ends and around dashes (never empty: a
-    body of no words is one clause of itself). Cached: a line's clauses are read again
-    by every merge above it."""
+    body of no words is one clause of itself)."""
     parts = tuple(part.strip() for part in _CLAUSE_END.split(body) if part.strip())
     return parts or (body.strip(),)
 
@@ -90,7 +88,8 @@ _WORD_CHARACTER = re.compile(r"[^\W_]")
 @functools.lru_cache(maxsize=1 << 16)
 def _clause_facts(body: str) -> tuple[tuple[str, str, bool, float], ...]:
     """Each clause of `body` with what `units_of` asks of it: its words folded (how a
-    repeat is known), whether it has a letter or digit, and its score."""
+    repeat is known), whether it has a letter or digit, and its score. Cached: an
+    utterance is read again by the merges above its line."""
     return tuple(
         (
             text,
