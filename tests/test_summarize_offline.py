@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import re
 
 import pytest
@@ -9,7 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from eva.core.address import Address
-from eva.core.render import fits, render_message
+from eva.core.render import fits, render_message, utf8_size
+from eva.core.salience import Unit, _Chosen, render
 from eva.core.summarize import (
     OFFLINE_MODEL,
     LeafTask,
@@ -245,3 +247,25 @@ def test_pieces_follow_their_rule(parts: list[str]) -> None:
 )
 def test_pieces_name_their_speakers_by_the_rule(text: str) -> None:
     assert [(p.name, p.body) for p in _pieces(text)] == pieces_by_pattern(text)
+
+
+@given(
+    st.lists(
+        st.tuples(st.sampled_from([None, "Ann", "Bo", "Zoë"]), st.text(max_size=30)),
+        min_size=1,
+        max_size=12,
+    ),
+    st.randoms(use_true_random=False),
+    st.sampled_from([" / ", "\n", " · "]),
+)
+def test_the_bytes_of_kept_clauses_are_counted_as_rendered(
+    said: list[tuple[str | None, str]], rng: random.Random, separator: str
+) -> None:
+    units = [Unit(order, speaker, text, 1.0) for order, (speaker, text) in enumerate(said)]
+    rng.shuffle(units)
+    chosen = _Chosen(separator)
+    for unit in units:
+        expected = utf8_size(render([*chosen.units, unit], separator))
+        assert chosen.size_with(unit, utf8_size(unit.text)) == expected
+        chosen.add(unit, utf8_size(unit.text))
+        assert chosen.size == expected

@@ -423,7 +423,7 @@ class Projector:
             raise Rejected(
                 f"{stream}: line {start}+{size} passes the last message ({meta.messages - 1})"
             )
-        if len(event.text.encode()) > LINE_LIMIT_BYTES:
+        if utf8_size(event.text) > LINE_LIMIT_BYTES:
             raise Rejected(f"{stream}: line {start}+{size} is over {LINE_LIMIT_BYTES} bytes")
         tables = self._tables
         if size > 1:
@@ -433,27 +433,26 @@ class Projector:
                 and self._has_line(stream, meta, start + half, half)
             ):
                 raise Rejected(f"{stream}: line {start}+{size} is written before its halves")
+        # A merge's key in `ready` is its line's key (keys.ready_key).
         line_key = keys.line_key(stream, start, size)
         tables.put("lines", line_key, encode_record(LineSlot(seq)))
         self._lines[line_key] = True
         meta.lines += 1
         if meta.stale:  # with no stale line in the stream, none can be stale now
             self._restale(stream, meta, start, size)
-        if size > 1 and meta.ready:  # only merges are ever ready
-            ready_key = keys.ready_key(stream, start, size)
-            if tables.get("ready", ready_key) is not None:
-                tables.delete("ready", ready_key)
-                meta.ready -= 1
+        # only merges are ever ready
+        if size > 1 and meta.ready and tables.get("ready", line_key) is not None:
+            tables.delete("ready", line_key)
+            meta.ready -= 1
         parent_size = size * 2
         parent_start = start - start % parent_size
-        sibling_start = start ^ size
-        if (
-            parent_start + parent_size <= meta.messages
-            and self._has_line(stream, meta, sibling_start, size)
-            and not self._has_line(stream, meta, parent_start, parent_size)
+        if parent_start + parent_size <= meta.messages and self._has_line(
+            stream, meta, start ^ size, size
         ):
-            tables.put("ready", keys.ready_key(stream, parent_start, parent_size), b"")
-            meta.ready += 1
+            parent_key = keys.line_key(stream, parent_start, parent_size)
+            if not self._has_key(parent_key):
+                tables.put("ready", parent_key, b"")
+                meta.ready += 1
         if size == 1 and start == meta.leaf_frontier:
             frontier = start
             while frontier < meta.messages and self._has_line(stream, meta, frontier, 1):
@@ -481,7 +480,10 @@ class Projector:
         message before it has one, and a line once written is never taken away)."""
         if size == 1 and start < meta.leaf_frontier:
             return True
-        key = keys.line_key(stream, start, size)
+        return self._has_key(keys.line_key(stream, start, size))
+
+    def _has_key(self, key: bytes) -> bool:
+        """Whether the line with `line_key` `key` exists."""
         known = self._lines.get(key)
         if known is None:
             if self._known_lines is not None:
@@ -506,8 +508,13 @@ class Projector:
             )
         old, new = meta.row_frontier, event.frontier
         low, high = min(old, new), max(old, new)
-        moved = sum(slot.size for _, slot in read_slots(self._tables, stream, meta, low, high))
-        meta.tail_bytes += moved if new < old else -moved
+        if meta.messages - new < high - low:  # the new tail is the shorter read: a build's
+            # first row moves a whole channel out of the tail
+            tail = read_slots(self._tables, stream, meta, new, meta.messages)
+            meta.tail_bytes = sum(slot.size for _, slot in tail)
+        else:
+            moved = sum(slot.size for _, slot in read_slots(self._tables, stream, meta, low, high))
+            meta.tail_bytes += moved if new < old else -moved
         meta.row_frontier = new
         meta.row_bytes = event.row_bytes
         meta.row_seq = meta.position

@@ -137,20 +137,21 @@ def sawtooth(
     early, leaving the rest for the next publish, when no pair has its parent.
     Without `record_merges` the result's `merges` is empty (a build's first
     publish merges about once per message, and needs only the row). The work
-    is held in arrays and the heap in one integer a pair, so a row of a
-    million leaves costs tens of bytes a leaf.
+    is held in arrays (each entry's start, size and bytes) and the heap in one
+    integer a pair, so a row of a million leaves costs tens of bytes a leaf.
     """
     if low > high:
         raise ValueError(f"the low mark {low} is above the high mark {high}")
-    entries = list(row)
-    sizes = array("q", map(line_bytes, entries))
-    total = sum(sizes) + max(len(entries) - 1, 0)
+    sizes = array("q", map(line_bytes, row))
+    total = sum(sizes) + max(len(row) - 1, 0)
     if total <= high:
-        return SawtoothResult(entries, (), False, total)
+        return SawtoothResult(list(row), (), False, total)
 
-    covered = frontier(entries)
+    covered = frontier(row)
     scale_bits = _scale_bits(covered)
-    count = len(entries)
+    count = len(row)
+    starts = array("q", [address.start for address in row])
+    spans = array("q", [address.size for address in row])
     # A doubly linked list over positions; a merge keeps the older node for the parent.
     newer_of = array("q", range(1, count + 1))
     older_of = array("q", range(-1, count - 1))
@@ -160,14 +161,20 @@ def sawtooth(
     # neighbour (each entry is in at most one pair).
     bound = 1 << (2 * scale_bits + 1)  # above every due key
     heap: list[int] = []
+    push = heapq.heappush
 
     def offer(older_node: int, newer_node: int) -> None:
+        """Queue the pair of two neighbours if they are siblings and their parent exists."""
         if older_node < 0 or newer_node >= count:
             return
-        older = entries[older_node]
-        if is_pair(older, entries[newer_node]) and has_line(parent(older)):
-            key = _due_key(last(older) + older.size, level(older.size), covered, scale_bits)
-            heapq.heappush(heap, (bound - key) << 128 | older.start << 64 | older_node)
+        span = spans[older_node]
+        start = starts[older_node]
+        double = span * 2
+        if span != spans[newer_node] or start % double or not has_line(Address(start, double)):
+            return
+        # the due key of the pair (its last message start+double-1, its halves' level)
+        key = (covered - start - double + 1) << (scale_bits - span.bit_length() + 1)
+        push(heap, (bound - key) << 128 | start << 64 | older_node)
 
     for node in range(count - 1):
         offer(node, node + 1)
@@ -178,19 +185,20 @@ def sawtooth(
         item = heapq.heappop(heap)
         older_node = item & mask
         newer_node = newer_of[older_node]
-        older = entries[older_node]
+        start, span = starts[older_node], spans[older_node]
         # Items never go stale (each entry is in at most one pair); checked anyway.
         if not (
             alive[older_node]
             and newer_node < count
             and alive[newer_node]
-            and older.start == (item >> 64) & mask
-            and is_pair(older, entries[newer_node])
+            and start == (item >> 64) & mask
+            and span == spans[newer_node]
+            and start % (span * 2) == 0
         ):
             continue
-        merged = parent(older)
+        merged = Address(start, span * 2)  # the parent: a pair's start is its parent's
         total -= sizes[older_node] + sizes[newer_node] + 1
-        entries[older_node] = merged
+        spans[older_node] = merged.size
         sizes[older_node] = line_bytes(merged)
         total += sizes[older_node]
         alive[newer_node] = False
@@ -203,5 +211,5 @@ def sawtooth(
         offer(older_of[older_node], older_node)
         offer(older_node, after)
 
-    new_row = [entries[node] for node in range(count) if alive[node]]
+    new_row = [Address(starts[node], spans[node]) for node in range(count) if alive[node]]
     return SawtoothResult(new_row, tuple(merges), total > low, total)

@@ -12,6 +12,7 @@
 # when not one clause fits whole does the caller cut.
 from __future__ import annotations
 
+import bisect
 import functools
 import re
 from collections.abc import Sequence
@@ -52,11 +53,9 @@ class Unit(NamedTuple):
     score: float
 
 
-@functools.lru_cache(maxsize=1 << 16)
 def clauses(body: str) -> tuple[str, ...]:
     """`body`'s clauses: split after a sentence ends and around dashes (never empty: a
-    body of no words is one clause of itself). Cached: a line's clauses are read again
-    by every merge above it."""
+    body of no words is one clause of itself)."""
     parts = tuple(part.strip() for part in _CLAUSE_END.split(body) if part.strip())
     return parts or (body.strip(),)
 
@@ -65,7 +64,10 @@ def clauses(body: str) -> tuple[str, ...]:
 def score(clause: str) -> float:
     """How much a clause is worth keeping: nothing for filler, more for each fact in it."""
     # a file's name or a link's path says little: the words around them are scored
-    words = _URL.sub(" ", _ATTACHMENT.sub(" ", clause))
+    words = _ATTACHMENT.sub(" ", clause) if "[attachment: " in clause else clause
+    links = "http" in words
+    if links:
+        words = _URL.sub(" ", words)
     bare = words.casefold().strip(" .!?,~*:;()")
     if not bare or bare in FILLER or len(bare) < 3:
         return 0.0
@@ -74,8 +76,29 @@ def score(clause: str) -> float:
     value += NAME_WEIGHT * len([w for w in _CAPITALISED.findall(f" {words}") if w[0].isupper()][1:])
     value += 0.5 * len(_LONG_WORD.findall(words))
     value += 1.0 if "?" in words else 0.0
-    value += 0.5 * len(_URL.findall(clause))
+    if links or "http" in clause:
+        value += 0.5 * len(_URL.findall(clause))
     return value / (1.0 + len(clause) / ROOM_BYTES)  # a long clause must earn its room
+
+
+_WORD_CHARACTER = re.compile(r"[^\W_]")
+"""A character `str.isalnum` says is a letter or a digit (`\\w` is those and `_`)."""
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _clause_facts(body: str) -> tuple[tuple[str, str, bool, float], ...]:
+    """Each clause of `body` with what `units_of` asks of it: its words folded (how a
+    repeat is known), whether it has a letter or digit, and its score. Cached: an
+    utterance is read again by the merges above its line."""
+    return tuple(
+        (
+            text,
+            " ".join(text.casefold().split()),
+            _WORD_CHARACTER.search(text) is not None,
+            score(text),
+        )
+        for text in clauses(body)
+    )
 
 
 def units_of(pieces: Sequence[tuple[str | None, str]]) -> list[Unit]:
@@ -83,17 +106,18 @@ def units_of(pieces: Sequence[tuple[str | None, str]]) -> list[Unit]:
     units: list[Unit] = []
     seen: set[tuple[str | None, str]] = set()
     for speaker, body in pieces:
-        for text in clauses(body):
-            if units and units[-1].speaker == speaker and not any(c.isalnum() for c in text):
+        for text, folded, worded, value in _clause_facts(body):
+            if not worded and units and units[-1].speaker == speaker:
                 # "?" or "!!" after one's own words belongs to them
-                joined = f"{units[-1].text} {text}"
-                units[-1] = units[-1]._replace(text=joined, score=score(joined))
+                last = units[-1]
+                joined = f"{last.text} {text}"
+                units[-1] = Unit(last.order, speaker, joined, score(joined))
                 continue
-            key = (speaker, " ".join(text.casefold().split()))
-            if key in seen and key[1]:
+            key = (speaker, folded)
+            if folded and key in seen:
                 continue
             seen.add(key)
-            units.append(Unit(len(units), speaker, text, score(text)))
+            units.append(Unit(len(units), speaker, text, value))
     return units
 
 
@@ -126,22 +150,62 @@ def salient_line(
                 best[unit.speaker] = unit
     firsts = sorted(best.values(), key=lambda u: (-u.score, u.order))
     rest = sorted(units, key=lambda u: (-u.score, u.order))
-    chosen: list[Unit] = []
+    chosen = _Chosen(separator)
     taken: set[int] = set()
-    size = 0
     for unit in [*firsts, *rest]:
-        if unit.order in taken or (unit.score <= 0 and chosen):
+        if unit.order in taken or (unit.score <= 0 and chosen.units):
             continue  # filler only while nothing else is kept
-        if size + utf8_size(unit.text) + 1 > limit:  # it adds at least itself and a space
+        text_bytes = utf8_size(unit.text)
+        if chosen.size + text_bytes + 1 > limit:  # it adds at least itself and a space
             continue
-        trial = [*chosen, unit]
-        trial_size = utf8_size(render(trial, separator))
-        if trial_size <= limit:
-            chosen, size = trial, trial_size
+        if chosen.size_with(unit, text_bytes) <= limit:
+            chosen.add(unit, text_bytes)
             taken.add(unit.order)
-    if not chosen:
+    if not chosen.units:
         return None
-    return render(_filled(chosen, units, taken, limit, separator), separator)
+    return render(_filled(chosen.units, units, taken, limit, separator), separator)
+
+
+class _Chosen:
+    """The units kept so far, in time order, and the bytes `render` makes of them, which
+    a unit added changes only where it goes: it joins a neighbour's run of one speaker,
+    starts a run of its own, or splits a run of another speaker in two."""
+
+    def __init__(self, separator: str) -> None:
+        self.units: list[Unit] = []
+        self.orders: list[int] = []
+        self.size = 0
+        self._separator_bytes = utf8_size(separator)
+
+    def size_with(self, unit: Unit, text_bytes: int) -> int:
+        """`utf8_size(render([*self.units, unit], separator))`, without rendering."""
+        units = self.units
+        if not units:
+            return _name_bytes(unit.speaker) + text_bytes
+        at = bisect.bisect_left(self.orders, unit.order)
+        first, last = at == 0, at == len(units)
+        before = None if first else units[at - 1].speaker
+        after = None if last else units[at].speaker
+        speaker = unit.speaker
+        if not first and not last and before == after:  # inside one speaker's run
+            if speaker == before:
+                return self.size + text_bytes + 1
+            split = 2 * self._separator_bytes + _name_bytes(before) - 1
+            return self.size + split + _name_bytes(speaker) + text_bytes
+        if (not first and speaker == before) or (not last and speaker == after):
+            return self.size + text_bytes + 1
+        return self.size + self._separator_bytes + _name_bytes(speaker) + text_bytes
+
+    def add(self, unit: Unit, text_bytes: int) -> None:
+        self.size = self.size_with(unit, text_bytes)
+        at = bisect.bisect_left(self.orders, unit.order)
+        self.orders.insert(at, unit.order)
+        self.units.insert(at, unit)
+
+
+def _name_bytes(speaker: str | None) -> int:
+    """The bytes `Name: ` adds before a run of one speaker's clauses."""
+    return 0 if speaker is None else utf8_size(speaker) + 2
 
 
 FILL_FROM_BYTES = 64

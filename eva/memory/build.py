@@ -8,17 +8,22 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import tzinfo
 
-from eva.core.events import AnyEvent, MessagePosted, PublishReason, RowPublished
+from eva.core.events import AnyEvent, LineWritten, MessagePosted, PublishReason, RowPublished
 from eva.core.keys import StreamId
 from eva.core.projection import rendered_size
 from eva.core.settings import MemorySettings
 from eva.core.summarize import Summarizer
 from eva.core.timing import compression_due, publish_reason
 from eva.memory.compress import CompressStats, compress, run_cutoff
-from eva.memory.publish import LineSizes, publish
+from eva.memory.publish import LineSizes, MeasuredLines, publish
 from eva.memory.view import channel_zone
 from eva.store.event_store import Appended, EventStore
+
+BUILD_BLOCK = 8192
+"""Messages a build works through at a time: their leaves and every merge under a block
+of this many are held in memory and appended in one commit (eva.memory.compress)."""
 
 
 @dataclass(slots=True)
@@ -45,17 +50,30 @@ class Memory:
     report: BuildReport = field(default_factory=BuildReport)
     on_appended: Callable[[Sequence[AnyEvent]], None] | None = None
     """Told of each batch of events once stored (a progress bar counts the lines)."""
+    measured: tuple[MeasuredLines, tzinfo] | None = None
+    """While a build runs: the sizes of the lines it wrote, rendered in the channel's zone,
+    so that its publish reads none of them back."""
 
     async def _append(self, stream: StreamId, events: Sequence[AnyEvent]) -> Appended:
         appended = self.store.append(stream, events)
+        if self.measured is not None:
+            measured, tz = self.measured
+            measured.learn((e for e in events if isinstance(e, LineWritten)), tz)
         if self.on_appended is not None:
             self.on_appended(events)
         return appended
 
-    async def compress(self, now_ms: int, upto: int | None = None, urgent: bool = True) -> None:
+    async def compress(
+        self,
+        now_ms: int,
+        upto: int | None = None,
+        urgent: bool = True,
+        block: int | None = None,
+    ) -> None:
         """One compression run up to `upto` (default: keep the newest ~12 KiB as tail).
 
         Unless `urgent`, merges that would only part-fill a request wait for the next run.
+        With `block`, the run goes through the messages a block at a time (a build).
         """
         if upto is None:
             upto = run_cutoff(self.store, self.stream, self.settings)
@@ -68,6 +86,7 @@ class Memory:
             now_ms,
             upto,
             urgent,
+            block=block,
         )
         self.report.stats.add(stats)
         self.report.runs += 1
@@ -75,8 +94,17 @@ class Memory:
     async def publish(self, now_ms: int, reason: PublishReason) -> RowPublished | None:
         """Publish if there is anything new to show."""
         tz = channel_zone(self.store.meta(self.stream), self.settings)
+        known = self.measured[0] if self.measured is not None and self.measured[1] == tz else None
         row = await publish(
-            self.store, self.stream, self._append, self.settings, now_ms, reason, tz, self.sizes
+            self.store,
+            self.stream,
+            self._append,
+            self.settings,
+            now_ms,
+            reason,
+            tz,
+            self.sizes,
+            known,
         )
         if row is not None:
             self.report.publishes += 1
@@ -92,11 +120,15 @@ class Memory:
     async def build(self, now_ms: int) -> BuildReport:
         """Compress and publish to completion, as if the chat had gone quiet now."""
         meta = self.store.meta(self.stream)
-        if meta is not None and (
-            meta.unleafed_bytes > self.settings.tail_keep_bytes or meta.ready > 0
-        ):  # new leaves to write, or merges a stopped run left ready
-            await self.compress(now_ms)
-        await self.publish(now_ms, "build")
+        self.measured = (MeasuredLines(), channel_zone(meta, self.settings))
+        try:
+            if meta is not None and (
+                meta.unleafed_bytes > self.settings.tail_keep_bytes or meta.ready > 0
+            ):  # new leaves to write, or merges a stopped run left ready
+                await self.compress(now_ms, block=BUILD_BLOCK)
+            await self.publish(now_ms, "build")
+        finally:
+            self.measured = None
         self._note_tail()
         return self.report
 

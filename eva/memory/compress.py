@@ -14,6 +14,11 @@
 # keeps the addresses of the merges still to look at, and of the merges that
 # wait for a model (their halves are read again when they are sent: only this
 # run writes the stream's lines while it lasts), and the long messages' tasks.
+# A run given a `block` (a build: one process, nobody waiting for its lines)
+# goes through the messages an aligned block at a time instead: the block's
+# leaves, then every merge they make ready, held in memory and appended together
+# when the block is done, so a line is read back from the store only when it
+# lies outside the block, and a block is one commit.
 from __future__ import annotations
 
 import logging
@@ -56,6 +61,8 @@ WORK_CHUNK = 1024
 RELEASE_AFTER = 1024
 """Messages or merges worked through between two releases of the store's mapped pages
 (a long run reads the whole channel; see LmdbBackend.release_pages)."""
+HELD_APPEND_CHUNK = 1 << 15
+"""Lines a run that holds its blocks' lines appends together (one commit for a block)."""
 MAX_ATTEMPTS = 3
 
 Waiting: TypeAlias = LeafTask | Address
@@ -102,6 +109,10 @@ class Run:
     absent: set[Address] = field(default_factory=set)
     unleafed: Mapping[int, StoredMessage] | None = None
     worked: int = 0  # messages or merges worked through since the last release
+    hold: bool = False
+    """Keep every line made or read until the block is done, and append the lines
+    made then (`send_held`), instead of a chunk at a time."""
+    held: list[LineWritten] = field(default_factory=list)
 
     def line(self, address: Address) -> LineWritten | None:
         """A line by address: one this run wrote, else the store's."""
@@ -115,14 +126,26 @@ class Run:
 
     def forget_seen(self, worked: int) -> None:
         """Drop the lines this run remembers, once every line it made is appended, after
-        `worked` more messages or merges: what it asks for again is read from the store."""
-        self.written.clear()
-        self.read.clear()
-        self.absent.clear()
+        `worked` more messages or merges: what it asks for again is read from the store.
+        A run that holds its lines keeps them until its block is done."""
+        if not self.hold:
+            self._forget()
         self.worked += worked
         if self.worked >= RELEASE_AFTER:
             self.worked = 0
             self.store.backend.release_pages()
+
+    def _forget(self) -> None:
+        self.written.clear()
+        self.read.clear()
+        self.absent.clear()
+
+    async def send_held(self) -> None:
+        """Append the lines held for the block just done, and forget what it remembers."""
+        held, self.held = self.held, []
+        for start in range(0, len(held), HELD_APPEND_CHUNK):
+            await self.append(self.stream, held[start : start + HELD_APPEND_CHUNK])
+        self._forget()
 
     def _seen(self, address: Address) -> bool:
         return address in self.written or address in self.read or address in self.absent
@@ -179,6 +202,7 @@ async def compress(
     urgent: bool = True,
     unleafed: Mapping[int, StoredMessage] | None = None,
     pause: Pause = trio.lowlevel.checkpoint,
+    block: int | None = None,
 ) -> CompressStats:
     """Write the leaves of messages before `upto` and every merge that becomes ready.
 
@@ -192,31 +216,67 @@ async def compress(
     keeps those it stored); the store is read where it does not hold them all.
     `pause` is awaited before each stretch of work between two waits (at most
     STEP_CHUNK messages or merges), so that a process compressing many
-    channels can let them take turns.
+    channels can let them take turns. With `block`, the messages are worked
+    through in blocks that end at multiples of it, each block's lines held and
+    appended together when it is done (see the module's comment).
     """
-    run = Run(store, stream, append, settings, now_ms, pause, unleafed=unleafed)
+    run = Run(
+        store, stream, append, settings, now_ms, pause, unleafed=unleafed, hold=block is not None
+    )
     await pause()
     candidates = {Address(start, size) for start, size in store.ready(stream)}
-    leaf_tasks, ready = await _leaves(run, upto)
-    tasks: list[Waiting] = [*leaf_tasks]
-    candidates |= ready
-    queued = {task.address for task in leaf_tasks}
+    tasks: list[Waiting] = []
+    queued: set[Address] = set()
+    for start, stop in _spans(store, stream, upto, block):
+        leaf_tasks, ready = await _leaves(run, start, stop)
+        tasks.extend(leaf_tasks)
+        candidates |= ready
+        queued.update(task.address for task in leaf_tasks)
+        tasks = await _rounds(run, summarizer, candidates, tasks, queued, urgent)
+        candidates = set()
+        await run.send_held()
+    run.stats.pending = len(run.given_up)
+    run.stats.deferred = len(tasks)
+    return run.stats
+
+
+def _spans(
+    store: EventStore, stream: StreamId, upto: int, block: int | None
+) -> list[tuple[int, int]]:
+    """The messages whose leaves a run writes, start..stop-1: in one span, or in spans
+    that end at multiples of `block` (always at least one span, maybe empty)."""
+    meta = store.meta(stream)
+    start = 0 if meta is None else meta.leaf_frontier
+    stop = max(start, min(upto, 0 if meta is None else meta.messages))
+    if block is None or stop - start <= block:
+        return [(start, stop)]
+    ends = [*range(start - start % block + block, stop, block), stop]
+    return list(zip([start, *ends[:-1]], ends, strict=True))
+
+
+async def _rounds(
+    run: Run,
+    summarizer: Summarizer,
+    candidates: set[Address],
+    tasks: list[Waiting],
+    queued: set[Address],
+    urgent: bool,
+) -> list[Waiting]:
+    """Glue the candidates and what they make ready, and send the work for a model a
+    round at a time until none is left to send now; the work that waits."""
     while True:
         tasks.extend(await _glue(run, candidates, queued))
-        waiting, tasks = _next_round(tasks, settings, urgent)
+        waiting, tasks = _next_round(tasks, run.settings, urgent)
         if not waiting:
-            break
+            return tasks
         sending = _tasks_of(run, waiting)
         retry, staged = await summarize_round(run, summarizer, sending, urgent)
-        await pause()
+        await run.pause()
         queued -= {line_address(line) for line in staged}
         tasks.extend(task if isinstance(task, LeafTask) else task.address for task in retry)
         candidates = _parents_ready(run, staged)
         await append_lines(run, staged)
         run.forget_seen(len(sending))
-    run.stats.pending = len(run.given_up)
-    run.stats.deferred = len(tasks)
-    return run.stats
 
 
 def _tasks_of(run: Run, waiting: list[Waiting]) -> list[Task]:
@@ -288,22 +348,23 @@ def stage(run: Run, lines: list[LineWritten]) -> list[LineWritten]:
 
 
 async def append_lines(run: Run, lines: list[LineWritten]) -> None:
+    if run.hold:
+        run.held.extend(lines)
+        return
     for start in range(0, len(lines), APPEND_CHUNK):
         await run.append(run.stream, lines[start : start + APPEND_CHUNK])
     if lines:
         await run.pause()
 
 
-async def _leaves(run: Run, upto: int) -> tuple[list[LeafTask], set[Address]]:
-    """Append the verbatim leaves of messages before `upto`, a chunk of messages at a time;
+async def _leaves(
+    run: Run, first: int, stop: int
+) -> tuple[list[LeafTask], set[Address]]:
+    """Append the verbatim leaves of messages first..stop-1, a chunk of messages at a time;
     the leaves that need a model, and the merges the leaves appended make ready."""
-    meta = run.store.meta(run.stream)
-    if meta is None:
-        return [], set()
-    stop = min(upto, meta.messages)
     tasks: list[LeafTask] = []
     ready: set[Address] = set()
-    for start in range(meta.leaf_frontier, stop, WORK_CHUNK):
+    for start in range(first, stop, WORK_CHUNK):
         end = min(start + WORK_CHUNK, stop)
         run.prefetch_leaves(start, end)
         lines: list[LineWritten] = []

@@ -229,15 +229,21 @@ async def publish(
     reason: PublishReason,
     tz: tzinfo,
     sizes: LineSizes,
+    measured: MeasuredLines | None = None,
 ) -> RowPublished | None:
-    """Publish the row with every new leaf added; None when there is nothing new."""
+    """Publish the row with every new leaf added; None when there is nothing new.
+
+    `measured` may hold the sizes of lines as rendered in `tz` that this process
+    knows already (a build measures the lines it writes): they are not read again.
+    """
     meta = store.meta(stream)
     if meta is None or (meta.leaf_frontier <= meta.row_frontier and reason != "forget"):
         return None
     current = store.published_row(stream)
     old_row = addresses_of(current.entries) if current is not None else []
     row = append_leaves(old_row, meta.leaf_frontier)
-    measured = MeasuredLines()
+    if measured is None:
+        measured = MeasuredLines()
     written = await _measure(store, stream, row, tz, sizes, measured)
     if len(written) < len(row):
         missing = next(address for address in row if address not in measured)
@@ -275,6 +281,13 @@ class MeasuredLines:
 
     def __init__(self) -> None:
         self._levels: list[array[int]] = []
+
+    def learn(self, lines: Iterable[LineWritten], tz: tzinfo) -> None:
+        """Measure lines as they are written, rendered in `tz`."""
+        for line in lines:
+            address = address_at(line.start, line.size)
+            rendered = render_line(address, line.text, line.first_ms, line.last_ms, tz)
+            self.put(address, utf8_size(rendered))
 
     def put(self, address: Address, size: int) -> None:
         level = address.size.bit_length() - 1
@@ -316,10 +329,14 @@ async def _measure(
     sizes: LineSizes,
     measured: MeasuredLines,
 ) -> list[Address]:
-    """Measure the lines at `addresses`, a chunk at a time; those that are written."""
+    """Measure the lines at `addresses` not measured yet, a chunk at a time; those that
+    are written."""
     written: list[Address] = []
-    for number, first in enumerate(range(0, len(addresses), READ_CHUNK), 1):
-        chunk = addresses[first : first + READ_CHUNK]
+    unknown: list[Address] = []
+    for address in addresses:
+        (written if address in measured else unknown).append(address)
+    for number, first in enumerate(range(0, len(unknown), READ_CHUNK), 1):
+        chunk = unknown[first : first + READ_CHUNK]
         for address, size in zip(chunk, sizes.sizes_of(store, stream, chunk, tz), strict=True):
             if size is not None:
                 measured.put(address, size)

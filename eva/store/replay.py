@@ -133,8 +133,9 @@ def _replay(
         events = live.scan("events", prefix, end)
         checker = ChainChecker(stream, live.scan(CHAIN, prefix, end)) if check_seals else None
         stored = events if checker is None else checker.follow(events)
+        lines: dict[bytes, bool] = {}
         for batch in _batches(stored, REBUILD_BATCH):
-            scratch.write(partial(_apply, live, stream, batch))
+            scratch.write(partial(_apply, live, stream, batch, lines))
             if progress is not None:
                 progress(len(batch))
             release()  # the batch's postings touch pages all over the index
@@ -142,7 +143,9 @@ def _replay(
         with scratch.reading() as rebuilt:
             meta = read_meta(rebuilt, stream)
             digests = {
-                table: _table_digests(live, rebuilt, stream, table, release)
+                table: _table_digests(
+                    live, rebuilt, stream, table, release, scratch.count(table)
+                )
                 for table in PROJECTION_TABLES
             }
     live_digests: TableDigests = {table: pair[0] for table, pair in digests.items()}
@@ -166,12 +169,21 @@ def _batches(
 
 
 def _apply(
-    live: Tables, stream: StreamId, batch: list[tuple[bytes, bytes]], rebuilt: Tables
+    live: Tables,
+    stream: StreamId,
+    batch: list[tuple[bytes, bytes]],
+    lines: dict[bytes, bool],
+    rebuilt: Tables,
 ) -> None:
+    """Apply a batch of stored events to the rebuild. `lines` holds whether the lines the
+    batch before looked up or wrote exist, and is given those of this batch (the halves
+    of a merge were mostly written just before it)."""
     tables = _Rebuilding(live, rebuilt)
-    projector = Projector(tables)
+    projector = Projector(tables, known_lines=lines)
     apply_stored(tables, projector, stream, batch)
     projector.flush()
+    lines.clear()
+    lines.update(projector.lines_seen)
 
 
 def _table_digests(
@@ -180,9 +192,15 @@ def _table_digests(
     stream: StreamId,
     table: Table,
     release: Callable[[], None],
+    rebuilt_count: int,
 ) -> tuple[bytes, bytes]:
     """The digests of one projection table of the stream, live and rebuilt, each as
-    eva.core.digest.table_digest gives them, found a chunk of rows at a time."""
+    eva.core.digest.table_digest gives them, found a chunk of rows at a time.
+
+    The rebuilt table holds `rebuilt_count` rows. The live rows are digested as
+    they are compared with the rebuilt ones, read once each; only a table that
+    differs is read again, to digest each side on its own.
+    """
 
     def live_rows() -> Iterator[tuple[bytes, bytes]]:
         if table != DISCORD_IDS:
@@ -195,20 +213,29 @@ def _table_digests(
     def rebuilt_rows() -> Iterator[tuple[bytes, bytes]]:
         return rebuilt.scan(table, *_ALL_KEYS)
 
-    live_count = sum(map(len, _chunks(live_rows(), release)))
-    rebuilt_count = sum(map(len, _chunks(rebuilt_rows(), release)))
-    digest = _RowsDigest(live_count)
-    same = live_count == rebuilt_count
+    digest = _RowsDigest(rebuilt_count)
+    same = True
+    live_count = 0
     twin = rebuilt_rows()
     for chunk in _chunks(live_rows(), release):
-        digest.update(chunk)
-        same = same and list(islice(twin, len(chunk))) == chunk
-    if same:
+        live_count += len(chunk)
+        if same:
+            digest.update(chunk)
+            same = list(islice(twin, len(chunk))) == chunk
+    if same and next(twin, None) is None:  # the same rows, so as many
         return digest.finish(), digest.finish()
-    other = _RowsDigest(rebuilt_count)
-    for chunk in _chunks(rebuilt_rows(), release):
-        other.update(chunk)
-    return digest.finish(), other.finish()
+    return _digest_of(live_rows(), live_count, release), _digest_of(
+        rebuilt_rows(), rebuilt_count, release
+    )
+
+
+def _digest_of(
+    rows: Iterator[tuple[bytes, bytes]], count: int, release: Callable[[], None]
+) -> bytes:
+    digest = _RowsDigest(count)
+    for chunk in _chunks(rows, release):
+        digest.update(chunk)
+    return digest.finish()
 
 
 def _chunks(
@@ -318,6 +345,12 @@ class _Scratch:
     def release_pages(self) -> None:
         release_mapping(self._file)
 
+    def count(self, table: Table) -> int:
+        """The rows of a scratch table, from LMDB's own count (it holds one stream)."""
+        with self._env.begin() as txn:
+            entries: int = txn.stat(self._dbs[table])["entries"]
+        return entries
+
     def close(self) -> None:
         self._env.close()
 
@@ -338,6 +371,9 @@ class _MemoryScratch:
 
     def release_pages(self) -> None:
         pass
+
+    def count(self, table: Table) -> int:
+        return len(self._tables.data[table])
 
 
 @contextmanager
