@@ -598,7 +598,7 @@ class StoreContract:
             return write(work)
 
         monkeypatch.setattr(store.backend, "write", cut_short)
-        with pytest.raises(OSError):
+        with pytest.raises(OSError, match="killed"):
             repair_stream(store, A)
         monkeypatch.setattr(store.backend, "write", write)
         assert not replay_stream(store, A).ok  # part rewritten
