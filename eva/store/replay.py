@@ -14,7 +14,6 @@
 # that first checks the log still ends where the rebuild read it.
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import tempfile
@@ -31,7 +30,7 @@ import msgspec
 
 from eva.core import keys
 from eva.core.chain import ChainCheck, ChainChecker, check_stream
-from eva.core.digest import TableDigests, combined_digest, differing_tables
+from eva.core.digest import RowsDigest, TableDigests, combined_digest, differing_tables
 from eva.core.events import decode_event
 from eva.core.keys import ALL_TABLES, CHAIN, DISCORD_IDS, EVENTS, PROJECTION_TABLES, StreamId, Table
 from eva.core.memtables import MemoryTables
@@ -213,7 +212,7 @@ def _table_digests(
     def rebuilt_rows() -> Iterator[tuple[bytes, bytes]]:
         return rebuilt.scan(table, *_ALL_KEYS)
 
-    digest = _RowsDigest(rebuilt_count)
+    digest = RowsDigest(rebuilt_count)
     same = True
     live_count = 0
     twin = rebuilt_rows()
@@ -232,7 +231,7 @@ def _table_digests(
 def _digest_of(
     rows: Iterator[tuple[bytes, bytes]], count: int, release: Callable[[], None]
 ) -> bytes:
-    digest = _RowsDigest(count)
+    digest = RowsDigest(count)
     for chunk in _chunks(rows, release):
         digest.update(chunk)
     return digest.finish()
@@ -249,30 +248,6 @@ def _chunks(
         if read >= RELEASE_BYTES:
             release()
             read = 0
-
-
-class _RowsDigest:
-    """eva.core.digest.table_digest of rows given a chunk at a time, their count known:
-    the SHA-256 of the msgpack array that `encoded_rows` makes of them all."""
-
-    def __init__(self, count: int) -> None:
-        self._hash = hashlib.sha256(_array_header(count))
-
-    def update(self, rows: list[tuple[bytes, bytes]]) -> None:
-        encoded = msgspec.msgpack.encode(rows)
-        self._hash.update(memoryview(encoded)[len(_array_header(len(rows))) :])
-
-    def finish(self) -> bytes:
-        return self._hash.digest()
-
-
-def _array_header(count: int) -> bytes:
-    """The msgpack header of an array of `count` items."""
-    if count < 16:
-        return bytes([0x90 | count])
-    if count < 1 << 16:
-        return b"\xdc" + count.to_bytes(2, "big")
-    return b"\xdd" + count.to_bytes(4, "big")
 
 
 class _Rebuilding:
