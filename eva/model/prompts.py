@@ -100,14 +100,19 @@ ZOOM_TOOL: ToolParam = {
 RECALL_TOOL: ToolParam = {
     "name": "recall",
     "description": (
-        "Search the original messages of this channel by words; each hit is shown "
-        "with the messages around it, hits marked with >. Optionally search only the "
+        "Search the original messages of this channel by words or a plain question (the "
+        "people, months and dates it names narrow the search); each hit is shown with "
+        "the messages around it, hits marked with >. Optionally search only the "
         "messages of one person, or those posted in a range of dates."
     ),
     "input_schema": {
         "type": "object",
         "properties": {
-            "query": {"type": "string", "minLength": 1, "description": "words to look for"},
+            "query": {
+                "type": "string",
+                "minLength": 1,
+                "description": "words to look for, or the question in plain words",
+            },
             "person": {
                 "type": "string",
                 "description": "search only messages written by this person (their display name)",
