@@ -191,6 +191,28 @@ def test_brackets_quotes_and_escapes_inside_strings_do_not_split_a_message() -> 
     assert tuple(m for chunk in chunks for m in chunk) == parse_export(raw).messages
 
 
+@pytest.mark.parametrize("indent", [None, 0, 2])
+@pytest.mark.parametrize("chunk", [1, 2, 3, 7])
+def test_chunks_found_by_the_joint_between_messages_hold_exactly_the_messages(
+    indent: int | None, chunk: int
+) -> None:
+    texts = ["plain", 'a}, {"id": "7"} b', "}\n  {", "}, {", "},{", "x"] * 4
+    files = [{"id": "9", "fileName": "f}, {"}, {"id": "8", "fileName": "g"}]
+    messages = [
+        post(n, text, attachments=files) if n % 3 == 0 else post(n, text)
+        for n, text in enumerate(texts)
+    ]
+    export = {"guild": {"id": "1", "name": "G"}, "channel": {"id": "2", "name": "c"}}
+    raw = json.dumps({**export, "messages": messages}, indent=indent).encode()
+    pieces = [raw[i : i + 64] for i in range(0, len(raw), 64)]
+    outline = outline_export(pieces, chunk)
+    assert outline.messages == len(texts)
+    assert all(raw[end - 1 : end] == b"}" for _, end in outline.chunks)
+    chunks = list(export_chunks(pieces, outline.chunks))
+    assert all(0 < len(found) <= chunk for found in chunks)
+    assert tuple(m for found in chunks for m in found) == parse_export(raw).messages
+
+
 @pytest.mark.parametrize(
     "raw",
     [

@@ -19,6 +19,7 @@ from eva.core.render import (
     fits,
     flatten_line_breaks,
     join_glue,
+    line_bytes,
     local_date,
     render_line,
     render_message,
@@ -231,3 +232,19 @@ def test_a_message_can_pass_neither_for_another_message_nor_for_the_memory() -> 
     # the words themselves are all still there
     for words in ("post the vault code", "Eva obeys Admin", "fin", "end"):
         assert words in line
+
+
+@given(
+    st.text(alphabet=st.sampled_from(list("ab é<>/memoryMEMORY\n\r\x0b\x85\u2028\u2029😀"))),
+    st.integers(0, 1 << 40),
+    st.integers(0, 20),
+    st.integers(0, 4_000_000_000_000),
+    st.integers(0, 86_400_000 * 40),
+    st.sampled_from([UTC, NEW_YORK, ZoneInfo("Asia/Kathmandu")]),
+)
+def test_line_bytes_are_the_bytes_of_the_rendered_entry(
+    text: str, slot: int, level: int, first_ms: int, span_ms: int, tz: tzinfo
+) -> None:
+    address = Address(slot << level, 1 << level)
+    rendered = render_line(address, text, first_ms, first_ms + span_ms, tz)
+    assert line_bytes(address, text, first_ms, first_ms + span_ms, tz) == len(rendered.encode())

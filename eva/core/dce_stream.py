@@ -7,7 +7,11 @@
 # expression that follows strings and brackets, nothing else) and decodes the
 # messages a chunk at a time with the same msgspec types as `parse_export`,
 # which checks every one of them; it returns the fields other than the
-# messages and where each chunk lies. `export_chunks` then reads the chunks
+# messages and where each chunk lies. Once two messages have shown what lies
+# between them (`},` and the white space before `{`), a chunk is found by
+# counting that joint instead, and taken if it decodes as messages: text cut
+# inside a message never does (its brackets do not close), and what does not
+# is split by the splitter. `export_chunks` then reads the chunks
 # again at those places, with no splitting. Invariants:
 # - whatever the splitter cannot follow (malformed JSON, a message that does not
 #   decode, nesting deeper than it follows, two `messages` fields) raises
@@ -106,7 +110,21 @@ def outline_export(blocks: Iterable[bytes], chunk_messages: int = CHUNK_MESSAGES
                 position += 1
             else:
                 start, count = position, 0
+                joint: bytes | None = None  # what lies between two messages, with their `}{`
                 while True:
+                    if count == 0 and joint is not None:
+                        end = reader.end_of_nth(joint, position, chunk_messages)
+                        decoded = None if end is None else _messages_or_none(
+                            reader.text(start, end)
+                        )
+                        if end is not None and decoded:
+                            newest = max(utc_ms(m.timestamp) for m in decoded)
+                            latest = newest if latest is None else max(latest, newest)
+                            chunks.append((start, end))
+                            messages += len(decoded)
+                            reader.forget_before(end)
+                            start = position = end + len(joint) - 2  # the next `{`
+                            continue
                     message = reader.match(_VALUE, position)
                     count += 1
                     position = reader.skip(message.stop)
@@ -124,7 +142,12 @@ def outline_export(blocks: Iterable[bytes], chunk_messages: int = CHUNK_MESSAGES
                     position += 1
                     if after == b"]":
                         break
-                    position = reader.skip(position)
+                    following = reader.skip(position)
+                    if joint is None and message.text.endswith(b"}"):
+                        between = reader.text(message.stop, following)
+                        if reader.char(following) == b"{":
+                            joint = b"}" + between + b"{"
+                    position = following
                     if start < 0:
                         start = position
         position = reader.skip(position)
@@ -148,6 +171,15 @@ def export_chunks(
     for start, end in chunks:
         yield _decode_messages(reader.text(start, end))
         reader.forget_before(end)
+
+
+def _messages_or_none(text: bytes) -> tuple[Message, ...] | None:
+    """The messages of a run of them, or None if the text is not one (it was cut
+    inside a message: its brackets do not close) or a message does not decode."""
+    try:
+        return _messages_decoder.decode(b"[" + text + b"]")
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        return None
 
 
 def _decode_messages(text: bytes) -> tuple[Message, ...]:
@@ -218,6 +250,18 @@ class _Reader:
             assert end is not None  # white space matches the empty string
             if end.end() < len(self._data) or not self._more():
                 return end.end() + self._base
+
+    def end_of_nth(self, joint: bytes, position: int, count: int) -> int | None:
+        """Just past the `}` of the `count`th `joint` from `position` on (reading more as
+        needed); None if the export has fewer."""
+        at = position - self._base
+        for _ in range(count):
+            while (found := self._data.find(joint, at)) < 0:
+                at = max(at, len(self._data) - len(joint) + 1)
+                if not self._more():
+                    return None
+            at = found + len(joint) - 1
+        return at - len(joint) + 2 + self._base
 
     def expect(self, position: int, char: bytes) -> int:
         if self.char(position) != char:

@@ -115,6 +115,21 @@ def render_line(address: Address, text: str, first_ms: int, last_ms: int, tz: tz
     return f"{entry} {date_span(first_ms, last_ms, tz)}|{defuse_tags(flatten_line_breaks(text))}"
 
 
+_RESIZING = re.compile("[<\r\x85\u2028\u2029]")
+"""What can make a row entry's text take other bytes than the line's own: a tag that
+`defuse_tags` changes, or a line break that is not one byte (\\r\\n is one break);
+`flatten_line_breaks` makes each one-byte break one space."""
+
+
+def line_bytes(address: Address, text: str, first_ms: int, last_ms: int, tz: tzinfo = UTC) -> int:
+    """`utf8_size(render_line(...))`, without building the entry where its text is the
+    line's own."""
+    if _RESIZING.search(text) is not None:
+        return utf8_size(render_line(address, text, first_ms, last_ms, tz))
+    head = len(str(address.start)) + len(str(address.size)) + 3  # "+", " " and "|"
+    return head + len(date_span(first_ms, last_ms, tz)) + utf8_size(text)
+
+
 def render_row(lines: Iterable[str]) -> str:
     """The rendered row: its entries, oldest first, one per line."""
     return "\n".join(lines)

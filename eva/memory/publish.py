@@ -20,7 +20,7 @@ import trio
 from eva.core.address import Address, address_at, addresses_of, parent
 from eva.core.events import LineWritten, PublishReason, RowPublished
 from eva.core.keys import StreamId
-from eva.core.render import render_line, utf8_size
+from eva.core.render import line_bytes, render_line, utf8_size
 from eva.core.row import append_leaves, row_bytes, sawtooth
 from eva.core.settings import MemorySettings
 from eva.memory.compress import Append
@@ -145,14 +145,12 @@ class LineSizes:
                 if line is None:
                     missing.append(address)
                 else:
-                    size = utf8_size(
-                        render_line(address, line.text, line.first_ms, line.last_ms, tz)
-                    )
+                    size = line_bytes(address, line.text, line.first_ms, line.last_ms, tz)
             found.append(size)
         if not missing:
             return found
         read = {
-            address: utf8_size(render_line(address, line.text, line.first_ms, line.last_ms, tz))
+            address: line_bytes(address, line.text, line.first_ms, line.last_ms, tz)
             for address, line in store.lines(stream, missing).items()
         }
         return [read.get(address) if size is None else size for address, size in zip(
@@ -286,8 +284,7 @@ class MeasuredLines:
         """Measure lines as they are written, rendered in `tz`."""
         for line in lines:
             address = address_at(line.start, line.size)
-            rendered = render_line(address, line.text, line.first_ms, line.last_ms, tz)
-            self.put(address, utf8_size(rendered))
+            self.put(address, line_bytes(address, line.text, line.first_ms, line.last_ms, tz))
 
     def put(self, address: Address, size: int) -> None:
         level = address.size.bit_length() - 1
