@@ -31,6 +31,9 @@ STREAM_TABLES: tuple[Table, ...] = (EVENTS, CHAIN, *PROJECTION_TABLES)
 RECORD: Table = "streams"
 COPY_ROWS = 50_000
 """Entries a copy writes in one transaction, at most (but whole small streams together)."""
+COPY_BYTES = 16 << 20
+"""Bytes of entries a copy writes in one transaction, at most (the recall index's are
+large)."""
 DIGEST_ROWS = 4096
 """Entries hashed at a time when a stream's digest is worked out."""
 DELETE_ROWS = 4096
@@ -212,11 +215,15 @@ def copy_streams(
             _flush(target, pending)
             target.write(partial(_delete_entries, stream=stream))
         with source.reading() as tables:
+            held = 0  # bytes pending
             for entry in stream_entries(tables, stream, source.release_pages):
                 pending.append(entry)
-                if len(pending) >= rows_most:
+                held += len(entry[1]) + len(entry[2])
+                if len(pending) >= rows_most or held >= COPY_BYTES:
                     _flush(target, pending)
                     source.release_pages()
+                    target.release_pages()  # the pages its writes read
+                    held = 0
         results.append(Copied(stream, state, already=False))
     _flush(target, pending)
     return results
