@@ -22,7 +22,7 @@ from eva.cli.common import UserError
 from eva.core.address import Address, leaves
 from eva.core.dce import export_events, parse_export
 from eva.core.dce_stream import NotStreamable, export_chunks, outline_export
-from eva.core.digest import table_digest
+from eva.core.digest import RowsDigest, table_digest
 from eva.core.keys import ALL_TABLES, StreamId, prefix_end, stream_prefix
 from eva.core.replay import digest, projection_rows
 from eva.core.row import sawtooth
@@ -273,7 +273,7 @@ def test_replay_gives_the_digests_of_the_whole_tables_and_finds_a_changed_entry(
 @pytest.mark.parametrize("count", [0, 1, 15, 16, 4097, 65535, 65536, 70001])
 def test_a_digest_made_a_chunk_at_a_time_is_the_whole_tables(count: int) -> None:
     rows = [(n.to_bytes(4, "big"), bytes(n % 7)) for n in range(count)]
-    streamed = replay_module._RowsDigest(count)
+    streamed = RowsDigest(count)
     for start in range(0, count, 4096):
         streamed.update(rows[start : start + 4096])
     assert streamed.finish() == table_digest(rows)
