@@ -21,13 +21,13 @@ from typing import NamedTuple
 from eva.core.render import cut_to_bytes, utf8_size
 
 ELLIPSIS = "\u2026"
-_CLAUSE_END = re.compile(
-    r"(?<=[.!?;])\s+|\s+[\u2013\u2014]\s+|\s+-\s+|\s+(?=\[attachment: )|(?<=\])\s+"
+_CLAUSE_END = re.compile(  # each way starts at white space: (?=\s) turns the rest away fast
+    r"(?=\s)(?:(?<=[.!?;])\s+|\s+[\u2013\u2014]\s+|\s+-\s+|\s+(?=\[attachment: )|(?<=\])\s+)"
 )
 _ATTACHMENT = re.compile(r"\[attachment: [^\]]*\]")
 _URL = re.compile(r"https?://\S+")
 _NUMBER = re.compile(r"\d+(?:[.,:]\d+)?")
-_CAPITALISED = re.compile(r"(?<=\s)[^\W\d_][\w'\u2019-]*")
+_CAPITALISED = re.compile(r"\s([^\W\d_][\w'\u2019-]*)")  # a word after white space
 _LONG_WORD = re.compile(r"[^\W\d_]{8,}")
 NUMBER_WEIGHT = 4.0
 NAME_WEIGHT = 1.5
