@@ -17,6 +17,7 @@ from eva.core.tables import Tables
 
 ProjectionRows = dict[Table, list[tuple[bytes, bytes]]]
 
+
 def rebuild(
     stream: StreamId,
     stored_events: Iterable[tuple[bytes, bytes]],
@@ -76,18 +77,29 @@ def projection_rows(
     }
 
 
+def posted_id_keys(
+    tables: Tables, stream: StreamId, release: Callable[[], None] = lambda: None, every: int = 4096
+) -> list[bytes]:
+    """The `discord_ids` keys of the messages posted in the stream's log, in key order
+    (they do not sit together: see keys.discord_id_key); `release` is called every
+    `every` events read."""
+    prefix = keys.stream_prefix(stream)
+    found = []
+    for count, (_, data) in enumerate(tables.scan("events", prefix, keys.prefix_end(prefix))):
+        if isinstance(event := decode_event(data), MessagePosted):
+            found.append(keys.discord_id_key(stream, event.message_id))
+        if count % every == every - 1:
+            release()
+    return sorted(found)
+
+
 def discord_id_rows(
     tables: Tables, stream: StreamId, candidates: Iterable[bytes] | None = None
 ) -> list[tuple[bytes, bytes]]:
     """The `discord_ids` entries held under `candidates` (by default the keys of the ids
     of the messages posted in the stream's log), in key order."""
     if candidates is None:
-        prefix = keys.stream_prefix(stream)
-        candidates = [
-            keys.discord_id_key(stream, event.message_id)
-            for _, data in tables.scan("events", prefix, keys.prefix_end(prefix))
-            if isinstance(event := decode_event(data), MessagePosted)
-        ]
+        candidates = posted_id_keys(tables, stream)
     get = tables.get
     return sorted(
         (key, index) for key in candidates if (index := get(DISCORD_IDS, key)) is not None

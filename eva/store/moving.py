@@ -20,9 +20,9 @@ from itertools import islice
 from eva.core import keys
 from eva.core.chain import first_seal
 from eva.core.digest import RowsDigest, TableDigests, combined_digest
-from eva.core.events import MessagePosted, decode_event
 from eva.core.keys import CHAIN, DISCORD_IDS, EVENTS, PROJECTION_TABLES, StreamId, Table
 from eva.core.projection import read_meta
+from eva.core.replay import posted_id_keys
 from eva.core.tables import Tables
 from eva.store.kv import Backend
 
@@ -74,7 +74,7 @@ def streamed_digest(
 ) -> str:
     """eva.core.replay.digest of the stream's projections, read a chunk at a time
     (`release` called after each)."""
-    ids = _discord_id_keys(tables, stream, release)
+    ids = posted_id_keys(tables, stream, release, DIGEST_ROWS)
     digests: TableDigests = {}
     for table in PROJECTION_TABLES:
         digest = RowsDigest(sum(1 for _ in _table_rows(tables, stream, table, ids)))
@@ -97,26 +97,10 @@ def stream_entries(
     for table in (EVENTS, CHAIN):
         for key, value in tables.scan(table, prefix, end):
             yield table, bytes(key), bytes(value)
-    ids = _discord_id_keys(tables, stream, release)
+    ids = posted_id_keys(tables, stream, release, DIGEST_ROWS)
     for table in (*(t for t in PROJECTION_TABLES if t != RECORD), RECORD):
         for key, value in _table_rows(tables, stream, table, ids):
             yield table, bytes(key), bytes(value)
-
-
-def _discord_id_keys(
-    tables: Tables, stream: StreamId, release: Callable[[], None] = lambda: None
-) -> list[bytes]:
-    """The keys of the `discord_ids` entries of the messages posted in the stream's log, in
-    key order (they do not sit together: see keys.discord_id_key); `release` is called
-    every `DIGEST_ROWS` events read."""
-    prefix = keys.stream_prefix(stream)
-    found = []
-    for count, (_, data) in enumerate(tables.scan(EVENTS, prefix, keys.prefix_end(prefix))):
-        if isinstance(event := decode_event(data), MessagePosted):
-            found.append(keys.discord_id_key(stream, event.message_id))
-        if count % DIGEST_ROWS == DIGEST_ROWS - 1:
-            release()
-    return sorted(found)
 
 
 def _table_rows(
@@ -147,7 +131,7 @@ def _delete_entries(
     """Delete the stream's entries, found `DELETE_ROWS` at a time (`release` called after
     each); how many went."""
     deleted = 0
-    for key in _discord_id_keys(tables, stream, release):  # from the log: before it goes
+    for key in posted_id_keys(tables, stream, release, DIGEST_ROWS):  # from the log: before it goes
         if tables.get(DISCORD_IDS, key) is not None:
             tables.delete(DISCORD_IDS, key)
             deleted += 1
