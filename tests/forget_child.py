@@ -80,8 +80,8 @@ def kill_during_copy() -> None:
     lmdb_kv.COPY_CHUNK = 64
     copy_table = lmdb_kv._copy_table
 
-    def copy_one_table(entries: Any, fresh: Any, table: Any) -> None:
-        copy_table(entries, fresh, table)
+    def copy_one_table(entries: Any, fresh: Any, table: Any, release: Any) -> None:
+        copy_table(entries, fresh, table, release)
         die()
 
     lmdb_kv._copy_table = copy_one_table

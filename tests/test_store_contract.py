@@ -260,9 +260,7 @@ class StoreContract:
         )
         assert store.message(A, 5) is None
 
-    def test_the_ids_of_new_messages_go_to_the_end_of_their_table(
-        self, store: EventStore
-    ) -> None:
+    def test_the_ids_of_new_messages_go_to_the_end_of_their_table(self, store: EventStore) -> None:
         # Discord's ids grow with time across channels: posts to many channels, in the
         # order they were made, go to the end of the id table one after the other
         # (not to one place per channel), and each is still found in its own channel.
@@ -275,8 +273,7 @@ class StoreContract:
                 made.append(message_id)
         with store.backend.reading() as tables:
             held = [
-                keys.decode_u64(key[:8])
-                for key, _ in tables.scan("discord_ids", b"", b"\xff" * 25)
+                keys.decode_u64(key[:8]) for key, _ in tables.scan("discord_ids", b"", b"\xff" * 25)
             ]
         assert held == made
         assert [store.index_of(stream, 5020 + n) for n, stream in enumerate(streams)] == [2] * 5
@@ -529,7 +526,6 @@ class StoreContract:
         assert len(list(store.raw_events(A, 5, READ_CHUNK * 2 + 5))) == READ_CHUNK * 2
         assert_replays(store)
 
-
     def test_repair_writes_the_rebuild_over_what_differs_and_nothing_else(
         self, store: EventStore, monkeypatch: pytest.MonkeyPatch
     ) -> None:
@@ -628,8 +624,9 @@ class StoreContract:
         assert indexed("common") == list(range(first))
         # Edited and deleted before their chunk fills: indexed as they read then.
         edited, deleted, later = first + 3, first + 4, first + 5
-        store.append(A, [MessageEdited(at_ms=5, index=edited, message_id=1000 + edited,
-                                       content="fresh")])
+        store.append(
+            A, [MessageEdited(at_ms=5, index=edited, message_id=1000 + edited, content="fresh")]
+        )
         store.append(A, [MessageDeleted(at_ms=6, index=deleted, message_id=1000 + deleted)])
         assert indexed("fresh") == [], "an open chunk is not in the index"
         store.append(A, [posted(second - 1, "last common")])
@@ -637,8 +634,9 @@ class StoreContract:
         assert indexed("fresh") == [edited]
         assert indexed(f"word{edited}") == indexed(f"word{deleted}") == []
         # Once indexed, an edit changes the index at once.
-        store.append(A, [MessageEdited(at_ms=7, index=later, message_id=1000 + later,
-                                       content="later")])
+        store.append(
+            A, [MessageEdited(at_ms=7, index=later, message_id=1000 + later, content="later")]
+        )
         assert indexed("later") == [later] and indexed(f"word{later}") == []
         store.append(A, [posted(second, "next chunk")])
         assert indexed("next") == [], "the next chunk waits until it fills"
@@ -799,9 +797,14 @@ class TestLmdbStore(StoreContract):
         backend = lmdb_kv.open_backend(path)
         store = EventStore(backend)
         store.append(A, [posted(i) for i in range(3)])
-        store.append(A, [ForgetRequested(at_ms=50, person_hash="p1"),
-                         ForgetApplied(at_ms=51, person_hash="p1"),
-                         ForgetRequested(at_ms=70, person_hash="p2")])
+        store.append(
+            A,
+            [
+                ForgetRequested(at_ms=50, person_hash="p1"),
+                ForgetApplied(at_ms=51, person_hash="p1"),
+                ForgetRequested(at_ms=70, person_hash="p2"),
+            ],
+        )
         store.append(B, [posted(0)])
         written = {s: store.meta(s) for s in (A, B)}
         assert written[A] is not None and written[A].forgotten == {"p1": 50, "p2": 70}
@@ -843,9 +846,7 @@ class TestLmdbStore(StoreContract):
                 return user1(tables)
 
         expected = read_user1(store)
-        assert sorted(expected) == [
-            i for i in range(1, indexed_upto(A, messages), 3) if i != 4
-        ]
+        assert sorted(expected) == [i for i in range(1, indexed_upto(A, messages), 3) if i != 4]
 
         def as_indexed_before(tables: Tables) -> None:
             prefix = keys.stream_prefix(A)
@@ -1007,9 +1008,7 @@ class TestLmdbStore(StoreContract):
             store = EventStore(backend)
             store.append(A, [posted(0)])
             before = backend.map_bytes()
-            subprocess.run(
-                [sys.executable, "-c", _GROWER, str(path)], check=True, timeout=60
-            )
+            subprocess.run([sys.executable, "-c", _GROWER, str(path)], check=True, timeout=60)
             assert len(list(store.events(B))) == 200  # read: the new size is taken on
             assert backend.map_bytes() > before
             assert store.append(A, [posted(1)]) == Appended(A, 1, 1)
@@ -1100,3 +1099,38 @@ def _start_holder(path: Path, mode: str) -> subprocess.Popen[bytes]:
     finally:
         child.stdout.close()
     return child
+
+
+def test_a_compacting_copy_in_many_transactions_holds_every_entry_and_lets_pages_go(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Large values (a recall index entry can be megabytes) end a copy's transaction
+    # by their bytes, and the pages read are released after each; nothing is lost.
+    backend = lmdb_kv.open_backend(tmp_path / "data")
+    entries = {
+        "postings": [
+            (f"term{n:04d}".encode(), bytes([n % 251]) * (n * 97 % 9000)) for n in range(600)
+        ],
+        "lines": [(f"line{n:05d}".encode(), b"%d" % n) for n in range(3000)],
+    }
+    monkeypatch.setattr(lmdb_kv, "COPY_BYTES", 64 << 10)
+    monkeypatch.setattr(lmdb_kv, "COPY_CHUNK", 500)
+    released: list[Path] = []
+    release = lmdb_kv.release_mapping
+    monkeypatch.setattr(lmdb_kv, "release_mapping", lambda f: (released.append(f), release(f)))
+    try:
+        backend.write(
+            lambda tables: [
+                tables.put_many(table, rows)
+                for table, rows in entries.items()  # type: ignore[arg-type]
+            ]
+        )
+        before, after = backend.compact()
+        assert before > 0 and after > 0
+        with backend.reading() as tables:
+            for table, rows in entries.items():
+                assert list(tables.scan(table, b"", b"\xff")) == sorted(rows)  # type: ignore[arg-type]
+    finally:
+        backend.close()
+    # each transaction releases the source and the copy: 6 of lines, some 35 of postings (2.6 MB)
+    assert len(released) >= 2 * (6 + 35)

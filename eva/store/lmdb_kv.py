@@ -22,7 +22,7 @@ import shutil
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from itertools import count, islice, takewhile
+from itertools import count, takewhile
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -52,6 +52,7 @@ INITIAL_MAP_BYTES = 64 * 1024 * 1024
 DATA_FILE = "data.mdb"
 COMPACT_DIR = "compacting"
 COPY_CHUNK = 65536
+COPY_BYTES = 16 << 20
 GATE_POLL_S = 0.0005
 """How often a resize waiting for reads to end looks again, and a read waiting for
 a resize (both are short)."""
@@ -465,7 +466,11 @@ LAYOUT_STEPS: tuple[tuple[bytes, Callable[[Tables], None]], ...] = (
 
 
 def _copy_live(source: Any, dbs: dict[Table, Any], target: Path, map_bytes: int) -> None:
-    """A new environment at `target` holding every live entry of `source`, and nothing else."""
+    """A new environment at `target` holding every live entry of `source`, and nothing else.
+
+    The pages read and written are let go of after each transaction, so the copy of
+    a large file holds a chunk of it, not the whole file, in this process's memory.
+    """
     fresh = lmdb.open(
         str(target),
         map_size=map_bytes,
@@ -475,22 +480,40 @@ def _copy_live(source: Any, dbs: dict[Table, Any], target: Path, map_bytes: int)
         lock=False,
         readahead=False,
     )
+
+    def release() -> None:
+        release_mapping(Path(source.path()) / DATA_FILE)
+        release_mapping(target / DATA_FILE)
+
     try:
         with source.begin() as reading:
             for table in ALL_TABLES:
-                _copy_table(reading.cursor(db=dbs[table]), fresh, table)
+                _copy_table(reading.cursor(db=dbs[table]), fresh, table, release)
         fresh.sync(True)
     finally:
         fresh.close()
 
 
-def _copy_table(entries: Any, fresh: Any, table: Table) -> None:
-    """Append one table's entries, in key order, in transactions of COPY_CHUNK entries."""
+def _copy_table(entries: Any, fresh: Any, table: Table, release: Callable[[], None]) -> None:
+    """Append one table's entries, in key order, a transaction each COPY_CHUNK entries or
+    COPY_BYTES of them (a recall index entry can be large)."""
     db = fresh.open_db(table.encode())
-    pending = entries.iternext()
-    while chunk := list(islice(pending, COPY_CHUNK)):
-        with fresh.begin(write=True, db=db) as writing:
-            writing.cursor().putmulti(chunk, append=True)
+    chunk: list[tuple[bytes, bytes]] = []
+    size = 0
+    for key, value in entries.iternext():
+        chunk.append((key, value))
+        size += len(key) + len(value)
+        if len(chunk) >= COPY_CHUNK or size >= COPY_BYTES:
+            _append_chunk(fresh, db, chunk)
+            release()
+            chunk, size = [], 0
+    if chunk:
+        _append_chunk(fresh, db, chunk)
+
+
+def _append_chunk(fresh: Any, db: Any, chunk: list[tuple[bytes, bytes]]) -> None:
+    with fresh.begin(write=True, db=db) as writing:
+        writing.cursor().putmulti(chunk, append=True)
 
 
 _MADV_DONTNEED = 4  # Linux
