@@ -131,3 +131,14 @@ def test_a_backup_that_does_not_verify_is_refused_and_nothing_changes(
     assert "exists already" in capsys.readouterr().err
     assert eva("restore", str(tmp_path), "--data", str(live), dirs=[live]) == 1
     assert "no backup made by `eva backup`" in capsys.readouterr().err
+
+
+def test_a_backup_inside_the_data_directory_is_refused(
+    backed_up: tuple[Path, Path, list[str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    live, _, _ = backed_up
+    before = sorted(p.name for p in live.iterdir())
+    assert main(["backup", "--data", str(live), str(live / "inside")]) == 1
+    assert "inside the data directory" in capsys.readouterr().err
+    open_backend(live).close()
+    assert sorted(p.name for p in live.iterdir()) == before

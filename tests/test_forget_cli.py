@@ -307,3 +307,41 @@ def test_forget_erases_the_persons_name_from_the_recall_index(data: Path) -> Non
     assert markers_in_files(data, ["0by0bo", "0by0ann"]) == {"0by0bo", "0by0ann"}
     assert eva("forget", "--user", str(BO), data=data) == 0
     assert markers_in_files(data, ["0by0bo", "0by0ann"]) == {"0by0ann"}
+
+
+def test_words_found_in_a_foreign_file_keep_the_forget_pending_until_the_file_is_gone(
+    data: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The log no longer holds the words once a check has failed, so a resumed forget
+    # cannot look for them again: it waits, by name, for the file that held them.
+    bo_posts = [p.content for s in GUILD_9 for p in posts_of(s) if p.author_id == BO]
+    notes = data / "notes" / "kept.txt"
+    notes.parent.mkdir()
+    notes.write_text("copied out of the chat:\n" + bo_posts[3] + "\n")
+    capsys.readouterr()
+    assert eva("forget", "--user", str(BO), data=data) == 1
+    failed = capsys.readouterr().err
+    assert "ERASURE FAILED" in failed and str(notes) in failed
+    assert positions_pending(data) == {str(s) for s in GUILD_9}
+
+    assert eva("forget", "--resume", data=data) == 1  # the file is still there
+    again = capsys.readouterr().err
+    assert "earlier check found their words" in again and str(notes) in again
+    assert eva("audit", "9/1", data=data) == 0
+    assert "not proven" in capsys.readouterr().out
+
+    notes.unlink()
+    assert eva("forget", "--resume", data=data) == 0
+    done = capsys.readouterr().out
+    assert "could not be looked for again" in done
+    assert positions_pending(data) == set()
+    assert markers_in_files(data, markers_of(BO, GUILD_9)) == set()
+
+
+def positions_pending(data: Path) -> set[str]:
+    try:
+        return {
+            f"{m.guild_id}/{m.channel_id}" for m in store_of(data).streams() if m.forgetting
+        }
+    finally:
+        close(data)

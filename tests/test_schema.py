@@ -42,6 +42,7 @@ STABLE_TAGS = {
     "ToolCalled": "tool.called",
     "ForgetRequested": "forget.requested",
     "ForgetApplied": "forget.applied",
+    "ErasureUnproven": "erasure.unproven",
     "MessagesErased": "messages.erased",
     "ReplyWritten": "reply.written",
     "LogRewritten": "log.rewritten",

@@ -201,6 +201,12 @@ def _describe(report: ForgetReport, user: int | None) -> str:
         f"{report.data_bytes_before:,} -> {report.data_bytes_after:,} bytes; "
         f"{report.texts_checked} texts checked in every file: {report.leftover_hits} found "
         f"({seconds:.1f} s)"
+        + (
+            "; words erased from the log before an earlier run was cut short could not be "
+            "looked for again (the data file was compacted again)"
+            if report.unchecked
+            else ""
+        )
     )
 
 

@@ -13,6 +13,7 @@ import msgspec
 from eva.core.events import (
     AnyEvent,
     ChannelDescribed,
+    ErasureUnproven,
     ForgetApplied,
     ForgetRequested,
     LineWritten,
@@ -67,6 +68,12 @@ def describe(event: AnyEvent) -> tuple[str, str | None]:
             return (
                 f"forget applied for person {event.person_hash}: "
                 f"{event.messages} messages erased, {event.lines} lines remade",
+                None,
+            )
+        case ErasureUnproven():
+            return (
+                f"forget of person {event.person_hash} not proven: {event.texts} of their "
+                f"texts still found {event.hits} times in {', '.join(event.files)}",
                 None,
             )
         case MessagesErased():

@@ -169,6 +169,18 @@ class ForgetApplied(Event, frozen=True, tag="forget.applied"):
     lines: int = 0
 
 
+class ErasureUnproven(Event, frozen=True, tag="erasure.unproven"):
+    """A forget's check found words of the person still in files of the data directory:
+    which files (paths within it), how many texts and how often; never the texts. The
+    forget stays pending until none of those files holds them."""
+
+    at_ms: int
+    person_hash: str
+    files: tuple[str, ...]
+    texts: int = 0
+    hits: int = 0
+
+
 class MessagesErased(Event, frozen=True, tag="messages.erased"):
     """A forgotten person's messages become erased slots: indexes stay, words go."""
 
@@ -197,6 +209,7 @@ AnyEvent: TypeAlias = (
     | ToolCalled
     | ForgetRequested
     | ForgetApplied
+    | ErasureUnproven
     | MessagesErased
     | ReplyWritten
     | LogRewritten
@@ -212,6 +225,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     ToolCalled,
     ForgetRequested,
     ForgetApplied,
+    ErasureUnproven,
     MessagesErased,
     ReplyWritten,
     LogRewritten,

@@ -15,6 +15,7 @@ from eva.core import keys
 from eva.core.events import (
     AnyEvent,
     ChannelDescribed,
+    ErasureUnproven,
     ForgetApplied,
     ForgetRequested,
     LineWritten,
@@ -175,7 +176,7 @@ class Projector:
                 if event.month != meta.reply_month:
                     meta.reply_month, meta.replies = event.month, 0
                 meta.replies += 1
-            case ToolCalled() | LogRewritten():
+            case ToolCalled() | LogRewritten() | ErasureUnproven():
                 pass
             case _:
                 assert_never(event)

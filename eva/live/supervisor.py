@@ -374,7 +374,7 @@ class Supervisor:
                 "ERASURE FAILED: %d deleted or edited texts still found %d times in %s",
                 scan.texts_found,
                 scan.hits,
-                self._data_dir,
+                ", ".join(scan.files_found),
             )
         return scan
 

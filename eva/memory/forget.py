@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from eva.core.events import (
+    ErasureUnproven,
     ForgetApplied,
     ForgetBy,
     ForgetRequested,
@@ -35,7 +36,8 @@ from eva.memory.remake import remake
 from eva.memory.view import channel_zone
 from eva.store.erasure import prove_erased, purge_stream
 from eva.store.event_store import Batch, EventStore
-from eva.store.lmdb_kv import LmdbBackend
+from eva.store.lmdb_kv import DATA_FILE, LmdbBackend
+from eva.store.writer_lock import LOCK_FILE
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +57,9 @@ class StreamErased:
     lines: int = 0
     model_tasks: int = 0
     texts: list[str] = field(default_factory=list)
+    resumed: bool = False  # a forget left pending here by an earlier run
+    # files an earlier run's check found the person's words in (ErasureUnproven)
+    unproven_in: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
@@ -69,6 +74,8 @@ class ForgetReport:
     events_rewritten: int = 0
     texts_checked: int = 0
     leftover_hits: int = 0
+    # texts erased from the log by an earlier, interrupted run could not be looked for again
+    unchecked: bool = False
     data_bytes_before: int = 0
     data_bytes_after: int = 0
     erase_s: float = 0.0
@@ -105,7 +112,10 @@ async def erase_in_stream(
             return None
     result = StreamErased(stream, len(indexes), texts=texts)
     if person in meta.forgetting:
-        result.messages, result.lines = _done_before(store, stream, person, meta.position)
+        result.resumed = True
+        result.messages, result.lines, result.unproven_in = _done_before(
+            store, stream, person, meta.position
+        )
         result.messages += len(indexes)
     else:
         await append(stream, [ForgetRequested(at_ms=now_ms, person_hash=person, by=by)])
@@ -129,25 +139,38 @@ async def erase_in_stream(
 
 def _done_before(
     store: EventStore, stream: StreamId, person: str, position: int
-) -> tuple[int, int]:
-    """Messages erased and lines made in the stream since the person's pending tombstone.
+) -> tuple[int, int, tuple[str, ...]]:
+    """Messages erased and lines made in the stream since the person's pending tombstone,
+    and the files a check found their words in since then.
 
     What an interrupted run did, so that a resumed forget's audit record
     counts the whole forget, not only the part after the crash.
     """
     last = store.event(stream, position - 1)
     if isinstance(last, ForgetRequested) and last.person_hash == person:
-        return 0, 0  # the tombstone was just written: nothing done yet
+        return 0, 0, ()  # the tombstone was just written: nothing done yet
     messages = lines = 0
+    files: set[str] = set()
     for _, event in store.events(stream):
         match event:
             case ForgetRequested() if event.person_hash == person:
                 messages = lines = 0
+                files = set()
             case MessagesErased() if event.person_hash == person:
                 messages += len(event.indexes)
+            case ErasureUnproven() if event.person_hash == person:
+                files.update(event.files)
             case LineWritten():
                 lines += 1
-    return messages, lines
+    return messages, lines, tuple(sorted(files))
+
+
+OWN_FILES = frozenset({DATA_FILE, "lock.mdb", LOCK_FILE})
+"""The files of a data directory that are Eva's: a forget rewrites them."""
+
+
+def _named(files: tuple[str, ...], data_dir: Path) -> str:
+    return ", ".join(str(data_dir / name) for name in files) or str(data_dir)
 
 
 @asynccontextmanager
@@ -184,10 +207,34 @@ async def finish_forget(
     report.scan_s = time.perf_counter() - started
     report.texts_checked, report.leftover_hits = scan.texts, scan.hits
     if scan.hits:
+        files = scan.files_found
+        unproven = ErasureUnproven(
+            at_ms=now_ms, person_hash=person, files=files, texts=scan.texts_found, hits=scan.hits
+        )
+        for e in erased:
+            await append(e.stream, [unproven])
         raise ErasureFailed(
             f"forget of {person}: {scan.texts_found} of {scan.texts} texts still found "
-            f"({scan.hits} times) in {data_dir}; the forget stays pending"
+            f"({scan.hits} times) in {_named(files, data_dir)}; the forget stays pending"
         )
+    # Words an earlier check found in a file Eva does not own can be looked for no more
+    # (the log holds them no longer): the forget waits until that file is gone.
+    kept = sorted(
+        {
+            name
+            for e in erased
+            for name in e.unproven_in
+            if name not in OWN_FILES and (data_dir / name).exists()
+        }
+    )
+    if kept:
+        raise ErasureFailed(
+            f"forget of {person}: an earlier check found their words in "
+            f"{_named(tuple(kept), data_dir)}, which is still there; Eva erases only its own "
+            "files: delete it or move it out of the data directory, then run "
+            "`eva forget --resume`; the forget stays pending"
+        )
+    report.unchecked = any(e.resumed and not e.texts for e in erased)
     for e in erased:
         await append(
             e.stream,

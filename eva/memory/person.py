@@ -14,6 +14,7 @@ import msgspec
 from eva.core.address import Address, format_address
 from eva.core.audit import describe
 from eva.core.events import (
+    ErasureUnproven,
     ForgetApplied,
     ForgetRequested,
     LineWritten,
@@ -132,7 +133,7 @@ def _records_and_lines(
             case LineWritten() if user_id in event.authors:
                 credited.add((event.start, event.size))
                 continue
-            case ForgetRequested() | ForgetApplied() | MessagesErased() if (
+            case ForgetRequested() | ForgetApplied() | ErasureUnproven() | MessagesErased() if (
                 event.person_hash == hashed
             ):
                 pass

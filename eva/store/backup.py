@@ -62,6 +62,11 @@ def take_backup(store: EventStore, source: Path, target: Path) -> Backup:
         raise BackupRefused("only an LMDB data directory can be backed up")
     if target.exists():
         raise BackupRefused(f"{target} exists already; a backup goes to a new directory")
+    if target.resolve().is_relative_to(source.resolve()):
+        raise BackupRefused(
+            f"{target} is inside the data directory {source}: a backup there would be "
+            "copied into the next one, and a forget could not erase it; put it elsewhere"
+        )
     started = time.perf_counter()
     partial = target.with_name(target.name + PARTIAL)
     shutil.rmtree(partial, ignore_errors=True)

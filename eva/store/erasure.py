@@ -72,12 +72,20 @@ class ScanReport:
     texts_found: int
     # (where a text found stands in the list scanned for, times found), never the text
     found: tuple[tuple[int, int], ...] = ()
+    # (where a text found stands in that list, a file holding it: its path in the directory)
+    found_in: tuple[tuple[int, str], ...] = ()
+
+    @property
+    def files_found(self) -> tuple[str, ...]:
+        """The files that hold any text found, by their paths within the directory."""
+        return tuple(sorted({path for _, path in self.found_in}))
 
     def without(self, explained: set[int]) -> ScanReport:
         """This report, the texts found at the places `explained` counted as not found."""
         kept = tuple((at, times) for at, times in self.found if at not in explained)
         hits = sum(times for _, times in kept)
-        return replace(self, hits=hits, texts_found=len(kept), found=kept)
+        found_in = tuple((at, path) for at, path in self.found_in if at not in explained)
+        return replace(self, hits=hits, texts_found=len(kept), found=kept, found_in=found_in)
 
 
 RELEASE_MESSAGES = 8192
@@ -110,10 +118,13 @@ def scan_files(directory: Path, texts: list[str]) -> ScanReport:
     keep = max(map(len, encoded)) - 1  # of a chunk, searched again with the next
     files = total = hits = 0
     found: Counter[int] = Counter()
+    found_in: set[tuple[int, str]] = set()
     for root, _, names in os.walk(directory):
         for name in names:
             files += 1
-            with open(Path(root) / name, "rb") as file:
+            path = Path(root) / name
+            within = path.relative_to(directory).as_posix()
+            with open(path, "rb") as file:
                 tail = ""
                 while chunk := file.read(SCAN_CHUNK):
                     total += len(chunk)
@@ -122,9 +133,12 @@ def scan_files(directory: Path, texts: list[str]) -> ScanReport:
                         if end >= len(tail):  # one ending in the tail was counted before
                             hits += 1
                             found[number] += 1
+                            found_in.add((first_at[patterns[number]], within))
                     tail = searched[max(len(searched) - keep, 0) :] if keep else ""
     places = tuple(sorted((first_at[patterns[number]], times) for number, times in found.items()))
-    return ScanReport(len(patterns), files, total, hits, len(found), places)
+    return ScanReport(
+        len(patterns), files, total, hits, len(found), places, tuple(sorted(found_in))
+    )
 
 
 def surviving_texts(store: EventStore, guilds: Container[int] | None = None) -> Iterator[str]:
