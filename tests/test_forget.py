@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -256,3 +258,31 @@ def test_a_scan_finds_texts_across_the_chunks_a_file_is_read_in_once_each(
     assert dict(report.found) == expected == {0: 4, 1: 1, 2: 1, 3: 2}
     assert report.hits == 8
     assert report.bytes == sum(len(f.read_bytes()) for f in folder.iterdir())
+
+
+def test_a_text_of_a_megabyte_is_looked_for_in_pieces_and_found_by_any_of_them(
+    tmp_path: Path,
+) -> None:
+    # The search automaton's builder overflows its stack on one string of some
+    # 550,000 characters: a long text is looked for as pieces, in a child process
+    # here so that a crash fails this test instead of ending the run.
+    script = """
+import sys
+from pathlib import Path
+from eva.core.forget import PIECE_CHARS, proof_texts
+from eva.store.erasure import scan_files
+folder = Path(sys.argv[1])
+long = " ".join(f"w{n}" for n in range(150_000))  # about a megabyte, no piece repeated
+(folder / "whole").write_text("<" + long + ">")
+(folder / "part").write_text(long[300_000 : 300_000 + 2 * PIECE_CHARS])
+report = scan_files(folder, ["absent text", long])
+assert report.texts_found == 1 and report.files_found == ("part", "whole"), report
+assert proof_texts([long], ["someone else"]) == [long]
+print("ok")
+"""
+    folder = tmp_path / "files"
+    folder.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(folder)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]

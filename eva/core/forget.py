@@ -39,6 +39,19 @@ from eva.core.tables import Tables
 
 _PEPPER = b"eva-forget-v1:"
 PROOF_MIN_BYTES = 8
+PIECE_CHARS = 4096
+"""The longest string put in a text search's automaton: a longer text is looked for as
+pieces of this length (its last piece the last PIECE_CHARS characters), each of which
+found counts as the text found. The automaton's builder overflows its stack on a
+string of some 550,000 characters."""
+
+
+def pieces(text: str) -> list[str]:
+    """`text` cut for a search (see PIECE_CHARS)."""
+    if len(text) <= PIECE_CHARS:
+        return [text]
+    cut = [text[at : at + PIECE_CHARS] for at in range(0, len(text) - PIECE_CHARS, PIECE_CHARS)]
+    return [*cut, text[-PIECE_CHARS:]]
 
 
 def person_hash(person_id: int) -> str:
@@ -216,7 +229,8 @@ def proof_texts(forgotten: list[str], surviving: Iterable[str]) -> list[str]:
         return []
     automaton = ahocorasick.Automaton(ahocorasick.STORE_INTS)
     for number, text in enumerate(candidates):
-        automaton.add_word(text, number)
+        for piece in pieces(text):
+            automaton.add_word(piece, number)
     automaton.make_automaton()
     shared: set[int] = set()
     texts = iter(surviving)

@@ -19,7 +19,7 @@ import ahocorasick
 from eva.core import keys
 from eva.core.chain import seal_from
 from eva.core.events import AnyEvent, LogRewritten, encode_event
-from eva.core.forget import join_corpus, joined_from, proof_texts, purge_plan
+from eva.core.forget import join_corpus, joined_from, pieces, proof_texts, purge_plan
 from eva.core.keys import StreamId
 from eva.core.projection import Projector, indexed_text
 from eva.core.tables import Tables
@@ -112,10 +112,13 @@ def scan_files(directory: Path, texts: list[str]) -> ScanReport:
     # Files are read as Latin-1, one character per byte, so the UTF-8 bytes of a
     # text are matched exactly, wherever they start.
     encoded = [text.encode().decode("latin-1") for text in patterns]
+    longest = 0
     for number, text in enumerate(encoded):
-        automaton.add_word(text, number)
+        for piece in pieces(text):
+            automaton.add_word(piece, number)
+            longest = max(longest, len(piece))
     automaton.make_automaton()
-    keep = max(map(len, encoded)) - 1  # of a chunk, searched again with the next
+    keep = longest - 1  # of a chunk, searched again with the next
     files = total = hits = 0
     found: Counter[int] = Counter()
     found_in: set[tuple[int, str]] = set()
