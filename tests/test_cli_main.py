@@ -168,3 +168,35 @@ def test_settings_are_read_from_the_documented_place_without_settings(
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "nothing-here"))
     assert main(["settings"]) == 0
     assert "# settings no settings file: the defaults" in capsys.readouterr().out
+
+
+def test_a_bad_user_id_in_the_environment_is_named_and_an_empty_data_path_is_the_default(
+    tmp_path: Path,
+) -> None:
+    env = {**os.environ, "EVA_USER_ID": "abc", "EVA_DATA": ""}
+    run = [sys.executable, "-m", "eva"]
+    helped = subprocess.run([*run, "--help"], capture_output=True, text=True, env=env)
+    assert helped.returncode == 0 and "Traceback" not in helped.stderr
+    refused = subprocess.run(
+        [*run, "forget", "--user", "5"], capture_output=True, text=True, env=env, cwd=tmp_path
+    )
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert "'abc' is no Discord user id (it comes from --eva-id or EVA_USER_ID)" in refused.stderr
+    status = subprocess.run(
+        [*run, "status"], capture_output=True, text=True, env=env, cwd=tmp_path
+    )
+    assert "no Eva data directory at eva-data" in status.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_ctrl_c_while_the_commands_load_is_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from eva.cli import main as cli
+
+    def interrupted(command: str | None = None) -> argparse.ArgumentParser:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "build_parser", interrupted)
+    assert cli.main(["import", "x.json"]) == 130
+    assert capsys.readouterr().err == "eva import: interrupted\n"

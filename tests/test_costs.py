@@ -305,3 +305,5 @@ def test_eva_status_shows_each_guilds_spend_this_month_against_its_plan(
     assert "guild 41" in out and "$0.0092 of the $15.00 plan" in out
     assert main(["status", "--data", str(data), "--month", "January"]) == 1
     assert "--month must be YYYY-MM" in capsys.readouterr().err
+    assert main(["status", "--data", str(data), "--month", "9999-12"]) == 1  # no month after
+    assert "--month must be YYYY-MM" in capsys.readouterr().err

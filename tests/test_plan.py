@@ -265,3 +265,13 @@ def test_a_model_missing_from_the_price_table_is_shown_unpriced(
     assert main(["plan", str(export), "--settings", str(settings),
                  "--replies-per-month", "20"]) == 0
     assert "unpriced" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("rate", ["nan", "inf", "1e308", "1e-300", "0.0001", "0", "-5"])
+def test_a_rate_no_channel_can_have_is_refused_in_one_line(
+    rate: str, export: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    capsys.readouterr()
+    assert main(["plan", str(export), "--messages-per-month", rate]) == 1
+    err = capsys.readouterr().err
+    assert "--messages-per-month must be from 1 to" in err and "Traceback" not in err

@@ -58,8 +58,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument(
         "--eva-id",
-        type=int,
-        default=int(os.environ.get("EVA_USER_ID", "0") or 0),
+        type=_user_id,
+        default=os.environ.get("EVA_USER_ID") or "0",  # parsed by argparse, as if given
         help="Eva's own user id (default $EVA_USER_ID); Eva cannot forget herself",
     )
     parser.add_argument("--resume", action="store_true", help="only finish pending forgets")
@@ -80,6 +80,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add_data_option(verify)
     add_json_option(verify)
     verify.set_defaults(run=run_verify)
+
+
+def _user_id(text: str) -> int:
+    """Eva's user id as --eva-id or EVA_USER_ID gives it (0: not given)."""
+    try:
+        number = int(text)
+    except ValueError:
+        number = -1
+    if number < 0:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is no Discord user id (it comes from --eva-id or EVA_USER_ID)"
+        )
+    return number
 
 
 def run_forget(args: argparse.Namespace) -> int:

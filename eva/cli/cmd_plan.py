@@ -241,6 +241,10 @@ def variants(models: ModelSettings) -> list[Variant]:
     return out
 
 
+MOST_MESSAGES_PER_MONTH = 10_000_000
+"""A rate no channel reaches (some 230 messages a minute, day and night)."""
+
+
 def assumptions_of(args: argparse.Namespace) -> ReplyAssumptions:
     for name in ("replies_per_month", "tool_result_bytes", "answer_bytes", "thinking_tokens"):
         if getattr(args, name) < 0:
@@ -268,8 +272,10 @@ def run_plan(args: argparse.Namespace) -> int:
     if not posts:
         raise UserError("the channel holds no messages: nothing to plan")
     if args.messages_per_month is not None:
-        if args.messages_per_month <= 0:
-            raise UserError("--messages-per-month must be positive")
+        if not 1 <= args.messages_per_month <= MOST_MESSAGES_PER_MONTH:  # NaN too
+            raise UserError(
+                f"--messages-per-month must be from 1 to {MOST_MESSAGES_PER_MONTH:,}"
+            )
         posts = at_rate(posts, args.messages_per_month)
     others = [e for e in events if not isinstance(e, MessagePosted)]
     only = [p.index for p in posts if not p.bot and MENTION.search(p.content)] if (

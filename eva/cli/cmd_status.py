@@ -318,7 +318,7 @@ def run(args: argparse.Namespace) -> int:
     month = args.month or datetime.now(UTC).strftime("%Y-%m")
     try:
         month_bounds(month)
-    except ValueError:
+    except (ValueError, OverflowError):  # OverflowError: the month after 9999-12
         raise UserError(f"--month must be YYYY-MM, not {month!r}") from None
     store = open_store(args.data)
     channels = directory_status(store, settings)

@@ -36,7 +36,7 @@ def add_data_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--data",
         type=Path,
-        default=Path(os.environ.get("EVA_DATA", DEFAULT_DATA)),
+        default=Path(os.environ.get("EVA_DATA") or DEFAULT_DATA),  # set but empty: the default
         help="data directory (default: $EVA_DATA, else ./eva-data)",
     )
 

@@ -84,8 +84,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command is None and given == ["--version"]:  # no need to load every command for it
         print(f"eva {installed_version()}")
         return 0
-    parser = build_parser(command)
-    args = parser.parse_args(given)
+    try:
+        parser = build_parser(command)  # loads the commands' modules: the slow part of a start
+        args = parser.parse_args(given)
+    except KeyboardInterrupt:
+        print(f"eva {command or ''}: interrupted".replace(" :", ":"), file=sys.stderr)
+        return 130
     if not getattr(args, "run", None):
         parser.print_help()
         return 2
