@@ -8,6 +8,8 @@
 # tokens.
 from __future__ import annotations
 
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
 import msgspec
 
 from eva.core.prices import PRICES_CHECKED, Price, default_prices
@@ -48,8 +50,15 @@ class MemorySettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
             raise ValueError(f"line_limit must be between 16 and 512 bytes, not {self.line_limit}")
         if self.row_low_bytes > self.row_high_bytes:
             raise ValueError("row_low_bytes must be at most row_high_bytes")
-        if self.tail_keep_bytes > self.compress_at_bytes:
-            raise ValueError("tail_keep_bytes must be at most compress_at_bytes")
+        if not 0 <= self.tail_keep_bytes <= self.compress_at_bytes:
+            raise ValueError("tail_keep_bytes must be from 0 to compress_at_bytes")
+        try:
+            ZoneInfo(self.time_zone)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(
+                f"time_zone {self.time_zone!r} is no time zone known here: an IANA name such "
+                "as Europe/Berlin, or UTC"
+            ) from None
         for name in ("compress_at_bytes", "quiet_ms", "overflow_tail_bytes",
                      "prompt_tail_max_bytes", "model_calls_in_flight", "tasks_per_request"):
             if getattr(self, name) <= 0:
