@@ -222,3 +222,17 @@ def test_a_setting_that_makes_no_sense_is_refused_by_name(
     assert main(["plan", "--data", str(tmp_path / "none"), "--settings", str(settings)]) == 1
     err = capsys.readouterr().err
     assert said in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("command", ["status", "import"])
+def test_an_empty_data_file_is_named_and_left_as_it_is(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "data.mdb").write_bytes(b"")
+    export = [str(tmp_path / "x.json")] if command == "import" else []
+    capsys.readouterr()
+    assert main([command, "--data", str(data), *export]) == 1
+    assert "is empty (0 bytes)" in capsys.readouterr().err
+    assert (data / "data.mdb").stat().st_size == 0

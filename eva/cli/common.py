@@ -162,6 +162,12 @@ def open_store(data: Path, *, must_exist: bool = True, write: bool = False) -> E
         raise UserError(f"{data} is a file, not a data directory (set --data or EVA_DATA)")
     if must_exist and not (data / "data.mdb").exists():
         raise UserError(f"no Eva data directory at {data} (set --data or EVA_DATA)")
+    if (data / "data.mdb").is_file() and (data / "data.mdb").stat().st_size == 0:
+        # LMDB would start a new, empty store in it: what was there is lost, or being copied
+        raise UserError(
+            f"the data file {data / 'data.mdb'} is empty (0 bytes): restore the directory "
+            "from a backup (eva restore), or remove the file to start anew"
+        )
     readonly = data.is_dir() and not os.access(data, os.W_OK)
     if readonly and write:
         raise UserError(
