@@ -328,7 +328,16 @@ def _set(path: str, new: Any) -> Callable[[list[Json]], None]:
     return edit
 
 
+def _replace(new: Any) -> Callable[[list[Json]], None]:
+    def edit(messages: list[Json]) -> None:
+        messages[3] = new
+
+    return edit
+
+
 REFUSED = [
+    pytest.param(_replace(None), "message 3 is not a message object (it is null)", id="null"),
+    pytest.param(_replace([1, 2]), "message 3 is not a message object (it is [1, 2])", id="list"),
     pytest.param(_drop("id"), "message 3: `id` is missing", id="missing-id"),
     pytest.param(_drop("timestamp"), "message 3 (id 900003): `timestamp` is missing", id="no-time"),
     pytest.param(_drop("content"), "message 3 (id 900003): `content` is missing", id="no-content"),

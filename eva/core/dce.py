@@ -335,6 +335,8 @@ def _explain_invalid(data: bytes, error: str) -> str:
     if missing:
         field = f"{field}.{missing['field']}" if field else missing["field"]
         return f"{_message_name(index, raw)}: `{field}` is missing"
+    if not field:  # the message itself: null, a list, a number
+        return f"{_message_name(index, raw)} is not a message object (it is {_show(raw)})"
     value = _value_at(raw, field)
     shown = "" if value is None else f" (it is {_show(value)})"
     return f"{_message_name(index, raw)}: `{field}` {_reword(problem)}{shown}"
