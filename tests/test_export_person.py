@@ -106,6 +106,8 @@ def test_a_person_with_nothing_stored_gets_an_empty_export(
     assert value["messages"] == [] and value["lines"] == [] and value["channels"] == []
     assert eva("export", "--user", "0", data=data) == 1
     assert "user id" in capsys.readouterr().err
+    assert eva("export", "--user", "555", "--guild", "-1", data=data) == 1
+    assert "no channel of guild -1" in capsys.readouterr().err
 
 
 def test_control_characters_are_shown_not_obeyed_and_kept_exact_in_json(

@@ -33,6 +33,8 @@ def run(args: argparse.Namespace) -> int:
     if args.user <= 0:
         raise UserError(f"--user must be a Discord user id, not {args.user}")
     store = open_store(args.data)
+    if args.guild is not None and not any(m.guild_id == args.guild for m in store.streams()):
+        raise UserError(f"no channel of guild {args.guild} in this data directory")
     data = person_data(store, args.user, args.guild)
     if args.json:
         print_json(msgspec.to_builtins(data))
