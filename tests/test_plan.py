@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -275,3 +276,26 @@ def test_a_rate_no_channel_can_have_is_refused_in_one_line(
     assert main(["plan", str(export), "--messages-per-month", rate]) == 1
     err = capsys.readouterr().err
     assert "--messages-per-month must be from 1 to" in err and "Traceback" not in err
+
+
+def test_a_chart_that_cannot_be_written_is_refused_before_the_play(
+    export: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    capsys.readouterr()
+    chart = tmp_path / "no-such-folder" / "days.svg"
+    assert main(["plan", str(export), "--chart", str(chart)]) == 1
+    err = capsys.readouterr().err
+    assert f"cannot write the chart to {chart}" in err and "playing" not in err
+
+
+def test_mentions_only_in_a_channel_that_never_names_eva_is_refused(
+    export: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = json.loads(export.read_bytes())
+    for message in data["messages"]:
+        message["content"] = re.sub(r"(?i)\beva\b", "Anna", message["content"])
+    quiet = tmp_path / "never.json"
+    quiet.write_text(json.dumps(data))
+    capsys.readouterr()
+    assert main(["plan", str(quiet), "--mentions-only"]) == 1
+    assert "no message of the channel names Eva" in capsys.readouterr().err

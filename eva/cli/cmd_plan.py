@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 import tempfile
@@ -262,11 +263,22 @@ def assumptions_of(args: argparse.Namespace) -> ReplyAssumptions:
     )
 
 
+def _check_writable(path: Path) -> None:
+    """A UserError if `path` could not be written as a file."""
+    folder = path.parent
+    if path.is_dir() or not folder.is_dir() or not os.access(folder, os.W_OK) or (
+        path.exists() and not os.access(path, os.W_OK)
+    ):
+        raise UserError(f"cannot write the chart to {path}: no such folder, or no permission")
+
+
 def run_plan(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     settings = load_settings(args.settings)
     models = load_model_settings(args.settings)
     assumptions = assumptions_of(args)
+    if args.chart is not None:
+        _check_writable(args.chart)  # before the minutes of playing, not after
     stream, name, events = channel_posts(args)
     posts = [e for e in events if isinstance(e, MessagePosted)]
     if not posts:
@@ -281,6 +293,11 @@ def run_plan(args: argparse.Namespace) -> int:
     only = [p.index for p in posts if not p.bot and MENTION.search(p.content)] if (
         args.mentions_only
     ) else None
+    if only == []:
+        raise UserError(
+            "no message of the channel names Eva: with --mentions-only there is nothing "
+            "to answer"
+        )
     answered = place_replies(posts, args.replies_per_month, args.seed, only)
     chat, questions = with_answers(posts, answered, assumptions)
     say(f"playing {len(chat):,} messages ({len(answered):,} of them answered) offline")
