@@ -86,6 +86,8 @@ def test_memory_zoom_and_recall_json_carry_index_and_address(
     capsys.readouterr()
     assert main(["zoom", "friends", "3+3", "--data", str(data)]) == 1
     assert "power of two" in capsys.readouterr().err
+    assert main(["zoom", "friends", first, "--page", "2", "--data", str(data)]) == 1
+    assert "it has no pages" in capsys.readouterr().err
 
 
 def test_replay_matches_and_catches_a_changed_projection(

@@ -217,6 +217,11 @@ def zoom(
         if address.start in hidden:
             return Zoomed(text=f"[{address.start}] {WITHHELD_MESSAGE}")
         return _zoom_message(store, stream, address.start, tz, page)
+    if page != 1:
+        raise ZoomError(
+            f"{format_address(address)} is a line over {address.size} messages: it has no "
+            "pages (a single message, INDEX+1, has them when it is long)"
+        )
     with store.backend.reading() as tables:
         if read_line(tables, stream, *address) is None:
             raise ZoomError(
