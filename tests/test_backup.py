@@ -8,6 +8,7 @@ import os
 import threading
 from pathlib import Path
 
+import lmdb
 import pytest
 import trio
 from fleet import posts
@@ -142,3 +143,39 @@ def test_a_backup_inside_the_data_directory_is_refused(
     assert "inside the data directory" in capsys.readouterr().err
     open_backend(live).close()
     assert sorted(p.name for p in live.iterdir()) == before
+
+
+def test_a_full_disk_during_a_backup_or_a_compaction_is_one_line_and_leaves_no_copy(
+    backed_up: tuple[Path, Path, list[str]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # LMDB reports a refused write as a bare lmdb.Error; a half-written copy would hold
+    # everyone's words where no forget looks, and the room it took.
+    from eva.store import lmdb_kv
+
+    live, _, _ = backed_up
+    copy_into = lmdb_kv._copy_into
+
+    def full(source: object, dbs: object, target: Path, map_bytes: int) -> None:
+        copy_into(source, dbs, target, map_bytes)
+        raise lmdb.Error("mdb_txn_commit: No space left on device")
+
+    monkeypatch.setattr(lmdb_kv, "_copy_into", full)
+    capsys.readouterr()
+    target = tmp_path / "second"
+    assert eva("backup", "--data", str(live), str(target), dirs=[live]) == 1
+    err = capsys.readouterr().err
+    assert "could not be written" in err and "is its disk full?" in err
+    assert not target.exists() and not (tmp_path / "second.partial").exists()
+
+    before = (live / "data.mdb").read_bytes()
+    backend = open_backend(live)
+    try:
+        with pytest.raises(OSError, match="is its disk full"):
+            backend.compact()
+    finally:
+        backend.close()
+    assert sorted(p.name for p in live.iterdir()) == ["data.mdb", "eva.lock", "lock.mdb"]
+    assert (live / "data.mdb").read_bytes() == before

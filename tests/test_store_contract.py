@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import lmdb
 import msgspec
 import pytest
 
@@ -603,6 +604,23 @@ class StoreContract:
         assert repaired.events == 40
         assert_replays(store)
         assert store.index_of(A, 1005) == 5
+
+    def test_a_full_scratch_disk_is_named_as_the_scratch_not_the_data(
+        self, store: EventStore, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setattr(replay_module, "MEMORY_REBUILD_EVENTS", 10)
+        store.append(A, [posted(i) for i in range(20)])
+
+        def refused(self: object, work: object) -> None:
+            raise lmdb.Error("mdb_txn_commit: No space left on device")
+
+        monkeypatch.setattr(replay_module._Scratch, "write", refused)
+        with pytest.raises(OSError, match=r"scratch copy .* Set TMPDIR"):
+            replay_stream(store, A)
+        with pytest.raises(OSError, match="scratch copy"):
+            repair_stream(store, A)
+        monkeypatch.undo()
+        assert replay_stream(store, A).ok
 
     def test_recall_indexes_messages_in_whole_chunks_with_their_text_then(
         self, store: EventStore

@@ -70,20 +70,26 @@ def take_backup(store: EventStore, source: Path, target: Path) -> Backup:
     started = time.perf_counter()
     partial = target.with_name(target.name + PARTIAL)
     shutil.rmtree(partial, ignore_errors=True)
-    size = backend.copy_to(partial)
-    copy = EventStore(LmdbBackend(partial))
     try:
-        digests, broken = replayed(copy)
-    finally:
-        copy.backend.close()
-    if broken:
-        raise BackupRefused(f"the copy does not replay: {broken[0]}; {target} was not made")
-    manifest = {
-        "source": str(source),
-        "taken_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "streams": {str(s): list(value) for s, value in sorted(digests.items())},
-    }
-    _write_durably(partial / MANIFEST, json.dumps(manifest, indent=1))
+        size = backend.copy_to(partial)
+        copy = EventStore(LmdbBackend(partial))
+        try:
+            digests, broken = replayed(copy)
+        finally:
+            copy.backend.close()
+        if broken:
+            raise BackupRefused(f"the copy does not replay: {broken[0]}; {target} was not made")
+        manifest = {
+            "source": str(source),
+            "taken_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "streams": {str(s): list(value) for s, value in sorted(digests.items())},
+        }
+        _write_durably(partial / MANIFEST, json.dumps(manifest, indent=1))
+    except BaseException:
+        # A copy cut short holds everyone's words where no forget looks: never left behind
+        # (one killed outright is removed by the next backup to the same place).
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
     (partial / "lock.mdb").unlink(missing_ok=True)
     os.replace(partial, target)
     return Backup(target, len(digests), size, time.perf_counter() - started)

@@ -328,7 +328,11 @@ class LmdbBackend:
             target = self.path / COMPACT_DIR
             shutil.rmtree(target, ignore_errors=True)
             target.mkdir()
-            _copy_live(self.env, self.dbs, target, self.map_bytes())
+            try:
+                _copy_live(self.env, self.dbs, target, self.map_bytes())
+            except BaseException:
+                shutil.rmtree(target, ignore_errors=True)  # the room it took, given back
+                raise
             self._replace_data(target / DATA_FILE)
             return before, _file_bytes(self.path)
 
@@ -466,11 +470,22 @@ LAYOUT_STEPS: tuple[tuple[bytes, Callable[[Tables], None]], ...] = (
 
 
 def _copy_live(source: Any, dbs: dict[Table, Any], target: Path, map_bytes: int) -> None:
-    """A new environment at `target` holding every live entry of `source`, and nothing else.
+    """A new environment at `target` holding every live entry of `source`, and nothing else;
+    an OSError if it cannot be written (LMDB's own error names no cause a reader knows).
 
     The pages read and written are let go of after each transaction, so the copy of
     a large file holds a chunk of it, not the whole file, in this process's memory.
     """
+    try:
+        _copy_into(source, dbs, target, map_bytes)
+    except lmdb.Error as error:
+        raise OSError(
+            f"a copy of the data directory into {target} could not be written ({error}): "
+            "is its disk full?"
+        ) from error
+
+
+def _copy_into(source: Any, dbs: dict[Table, Any], target: Path, map_bytes: int) -> None:
     fresh = lmdb.open(
         str(target),
         map_size=map_bytes,

@@ -388,11 +388,18 @@ def _scratch() -> Iterator[_Scratch]:
     a killed replay left there is removed by the next."""
     clear_left_scratch(Path(tempfile.gettempdir()))
     with tempfile.TemporaryDirectory(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-") as folder:
-        scratch = _Scratch(Path(folder))
         try:
-            yield scratch
-        finally:
-            scratch.close()
+            scratch = _Scratch(Path(folder))
+            try:
+                yield scratch
+            finally:
+                scratch.close()
+        except lmdb.Error as error:  # the scratch's file system refused, not the data's
+            raise OSError(
+                f"the scratch copy a long channel is rebuilt in, under {tempfile.gettempdir()}, "
+                f"could not be written ({error}): is that disk full? Set TMPDIR to a folder "
+                "with room (about the size of the data directory)"
+            ) from error
 
 
 class LogMovedError(RuntimeError):
