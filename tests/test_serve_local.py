@@ -217,3 +217,77 @@ def test_sigterm_stops_cleanly_and_keeps_what_was_acked(tmp_path: Path, to: str)
     for name, indexes in acked.items():
         assert sorted(indexes) == list(range(len(indexes)))  # each channel's own order
         assert channels[name]["messages"] >= len(indexes) >= 20
+
+
+def test_a_disk_that_fills_up_ends_the_run_with_what_was_acked_and_no_traceback(
+    tmp_path: Path,
+) -> None:
+    # A file size limit makes the data file's writes fail past it, as a full disk does
+    # (CPython ignores SIGXFSZ, so the write fails with EFBIG). Before, compression
+    # failing again and again after the input ended kept the process waiting for ever.
+    import resource
+
+    data = tmp_path / "data"
+    lines = "".join(f"Ann Lee: note {i} about the weekly plans and the garden\n"
+                    for i in range(2000))
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1000 * 1024, resource.RLIM_INFINITY))
+
+    full = subprocess.run(
+        [*EVA, "serve-local", "--data", str(data), "--acks"],
+        input=lines, capture_output=True, text=True, timeout=TIMEOUT_S, preexec_fn=limited,
+    )
+    acked = [line for line in full.stdout.splitlines() if line.startswith("#local ")]
+    assert full.returncode == 1 and "Traceback" not in full.stderr
+    assert "is its disk full?" in full.stderr
+    assert 0 < len(acked) < 2000
+    again = eva("serve-local", "--data", str(data), stdin="")
+    assert again.returncode == 0, again.stderr
+    assert by_name(status(data))["local"]["messages"] == len(acked)
+    assert eva("replay", "--data", str(data)).returncode == 0
+
+
+def test_settling_gives_up_once_a_compression_run_fails_after_the_input(tmp_path: Path) -> None:
+    # What a full disk does to the live pipeline after the input ended: runs fail, each
+    # retried later than the one before. The run's end waits for none of them.
+    from dataclasses import dataclass
+
+    import trio
+
+    from eva.cli.serve_frame import settle
+    from eva.core.events import MessagePosted
+    from eva.core.keys import StreamId
+    from eva.core.settings import MemorySettings
+    from eva.store.event_store import EventStore
+    from eva.store.lmdb_kv import open_backend
+
+    @dataclass
+    class Counts:
+        appends: int = 0
+        runs_failed: int = 0
+
+    class Failing:
+        def __init__(self) -> None:
+            self.counts = Counts()
+
+        def statistics(self) -> Counts:
+            self.counts.runs_failed += 1  # a run fails between any two looks
+            return Counts(self.counts.appends, self.counts.runs_failed)
+
+    store = EventStore(open_backend(tmp_path / "data"))
+    settings = MemorySettings(compress_at_bytes=1024, tail_keep_bytes=256)
+    store.append(StreamId(1, 2), [
+        MessagePosted(at_ms=1_700_000_000_000 + i, index=i, message_id=10 + i, author_id=1,
+                      author_name="Ann", content="words " * 20)
+        for i in range(40)
+    ])
+
+    async def main() -> bool:
+        with trio.fail_after(5):
+            return await settle(store, settings, Failing())  # type: ignore[arg-type]
+
+    try:
+        assert trio.run(main) is False
+    finally:
+        store.backend.close()

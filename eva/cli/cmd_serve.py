@@ -29,6 +29,7 @@ from eva.cli.common import (
     add_settings_option,
     load_live_settings,
     load_settings,
+    log_one_line,
     open_store,
 )
 from eva.cli.serve_export import ScaledClock, serve_export
@@ -101,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
         except ExportError as error:
             raise UserError(f"cannot replay {args.export}: {error}") from None
     store = open_store(args.data, must_exist=False, write=True)
+    log_one_line("serve-local")
     if export is None:
         session = Session("stdin", live)
         trio.run(serve_stdin, store, settings, args.channel, sys.stdout if args.acks else None,
@@ -116,7 +118,15 @@ def run(args: argparse.Namespace) -> int:
             f"{session.stored:,} messages stored in this run",
             file=sys.stderr,
         )
-    return EXIT_INTERRUPTED if session.stopped_by == "SIGINT" else 0
+    if session.unsettled:
+        print(
+            "eva serve-local: compression failed after the input ended and was left as it "
+            "is; every stored message is kept, and the next run (or eva build) finishes it",
+            file=sys.stderr,
+        )
+    if session.stopped_by == "SIGINT":
+        return EXIT_INTERRUPTED
+    return 1 if session.failed or session.unsettled else 0
 
 
 # -- standard input -------------------------------------------------------------

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+import logging
 import os
 import re
 import sys
@@ -275,3 +276,31 @@ class Progress:
             self._draw(time.monotonic())
             self.out.write("\n")
             self.out.flush()
+
+
+class _OneLine(logging.Formatter):
+    """A log record as one line named for the command: its message and its error's."""
+
+    def __init__(self, command: str) -> None:
+        super().__init__()
+        self.command = command
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = f"eva {self.command}: {record.getMessage()}"
+        if record.exc_info and record.exc_info[1] is not None:
+            text += f" ({record.exc_info[1]})"
+        return text
+
+
+def log_one_line(command: str) -> None:
+    """Warnings and errors the live pipeline logs, shown as one line each on standard
+    error (with EVA_DEBUG set, with where they happened)."""
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if getattr(h, "eva_one_line", False)]:
+        root.removeHandler(old)  # a command run before in this process
+    handler = logging.StreamHandler(sys.stderr)
+    if not os.environ.get("EVA_DEBUG"):
+        handler.setFormatter(_OneLine(command))
+    handler.setLevel(logging.WARNING)
+    handler.eva_one_line = True  # type: ignore[attr-defined]
+    root.addHandler(handler)

@@ -44,6 +44,7 @@ class Session:
     failed: int = 0
     streams: dict[StreamId, None] = field(default_factory=dict)
     stopped_by: str | None = None
+    unsettled: bool = False  # compression failed after the input ended and was left
 
 
 async def serve(
@@ -68,7 +69,7 @@ async def serve(
                 async with trio.open_nursery() as nursery:
                     await nursery.start(watch_signals, scope, session)
                     await feed(supervisor)
-                    await settle(store, settings, supervisor)
+                    session.unsettled = not await settle(store, settings, supervisor)
                     nursery.cancel_scope.cancel()
 
 
@@ -86,8 +87,10 @@ async def watch_signals(
             return
 
 
-async def settle(store: EventStore, settings: MemorySettings, supervisor: Supervisor) -> None:
-    """Wait until no channel has compression due or lines to remake, and writes have stopped.
+async def settle(store: EventStore, settings: MemorySettings, supervisor: Supervisor) -> bool:
+    """Wait until no channel has compression due or lines to remake, and writes have
+    stopped; False at once if a compression run fails meanwhile (a full disk, say, would
+    make it fail again and again, ever later): what is left is done by the next run.
 
     Merges may stay ready at rest (a run leaves a request's worth less than
     full for the next one), so ready merges alone do not count as unfinished.
@@ -96,14 +99,17 @@ async def settle(store: EventStore, settings: MemorySettings, supervisor: Superv
     nothing to commit for one poll (the offline summarizer never pauses a run).
     """
     appends = -1
+    failed = supervisor.statistics().runs_failed
     while True:
-        now = supervisor.statistics().appends
+        statistics = supervisor.statistics()
+        if statistics.runs_failed > failed:
+            return False
         done = not any(
             meta.stale or compression_due(meta, settings) for meta in store.streams()
         )
-        if done and now == appends:
-            return
-        appends = now
+        if done and statistics.appends == appends:
+            return True
+        appends = statistics.appends
         await trio.sleep(SETTLE_POLL_S)
 
 

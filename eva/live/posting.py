@@ -203,7 +203,7 @@ class Posting(Compressing):
     def _failed_posts(self, requests: list[Request], error: BaseException) -> None:
         self._next_index = None
         self.shared.crashes += 1
-        log.error("channel %s failed on %d posts: %r", self.stream, len(requests), error)
+        log.error("channel %s failed on %d posts: %s", self.stream, len(requests), error)
         for request in requests:
             request.reply(error=error)
 
