@@ -1152,3 +1152,24 @@ def test_a_compacting_copy_in_many_transactions_holds_every_entry_and_lets_pages
         backend.close()
     # each transaction releases the source and the copy: 6 of lines, some 35 of postings (2.6 MB)
     assert len(released) >= 2 * (6 + 35)
+
+
+def test_a_table_the_disk_has_no_room_to_create_is_a_full_disk_not_an_old_layout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    opened = lmdb.open
+
+    class NoRoom:
+        def __init__(self, env: Any) -> None:
+            self._env = env
+
+        def open_db(self, name: bytes, create: bool = True) -> Any:
+            raise lmdb.Error("mdb_txn_commit: No space left on device")
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._env, name)
+
+    monkeypatch.setattr(lmdb_kv.lmdb, "open", lambda *a, **k: NoRoom(opened(*a, **k)))
+    with pytest.raises(OSError, match=r"could not be written .* is its disk full") as refused:
+        lmdb_kv.open_backend(tmp_path / "data")
+    assert "older Eva" not in str(refused.value)

@@ -239,6 +239,11 @@ class LmdbBackend:
             }
         except lmdb.Error as error:
             self.env.close()
+            if not self.readonly:  # creating a table was refused: the disk, not the layout
+                raise OSError(
+                    f"the data directory {path} could not be written ({error}): "
+                    "is its disk full?"
+                ) from error
             raise OSError(_OLDER_READ_ONLY.format(path=path)) from error
 
     def _follow_layout(self) -> None:
