@@ -179,3 +179,31 @@ def test_a_full_disk_during_a_backup_or_a_compaction_is_one_line_and_leaves_no_c
         backend.close()
     assert sorted(p.name for p in live.iterdir()) == ["data.mdb", "eva.lock", "lock.mdb"]
     assert (live / "data.mdb").read_bytes() == before
+
+
+def test_a_restore_into_a_new_directory_cut_short_by_a_full_disk_is_run_again_plainly(
+    backed_up: tuple[Path, Path, list[str]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import errno
+    import shutil
+
+    _, backup, _ = backed_up
+    target = tmp_path / "restored"
+    copyfile = shutil.copyfile
+
+    def no_room(source: Path, destination: Path) -> None:
+        Path(destination).write_bytes(Path(source).read_bytes()[:4096])
+        raise OSError(errno.ENOSPC, "No space left on device", str(source))
+
+    monkeypatch.setattr(shutil, "copyfile", no_room)
+    capsys.readouterr()
+    assert eva("restore", "--data", str(target), str(backup), dirs=[target, backup]) == 1
+    err = capsys.readouterr().err
+    assert f"could not be copied into {target}" in err and "disk full" in err
+    assert not (target / "compacting").exists()
+    monkeypatch.setattr(shutil, "copyfile", copyfile)
+    assert eva("restore", "--data", str(target), str(backup), dirs=[target, backup]) == 0
+    assert "does not verify" not in capsys.readouterr().err

@@ -129,6 +129,8 @@ def run_restore(args: argparse.Namespace) -> int:
         why = broken[0] if broken else "its channels differ from its manifest"
         raise UserError(f"the backup {args.backup} does not verify: {why}; nothing was changed")
     there = (args.data / "data.mdb").exists()
+    if there and not args.replace and not open_store(args.data).streams():
+        there = False  # a store holding no channel (a restore cut short made it): no loss
     if there and not args.replace:
         raise UserError(
             f"{args.data} holds data; give --replace to put the backup in its place (what it "

@@ -137,9 +137,16 @@ def stage(backup: Path, staging: Path) -> None:
     """Copy a backup's data file into `staging` (a new folder), synced."""
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
-    shutil.copyfile(backup / "data.mdb", staging / "data.mdb")
-    with open(staging / "data.mdb", "rb") as handle:
-        os.fsync(handle.fileno())
+    try:
+        shutil.copyfile(backup / "data.mdb", staging / "data.mdb")
+        with open(staging / "data.mdb", "rb") as handle:
+            os.fsync(handle.fileno())
+    except OSError as error:  # the copy's side failed (a full disk) or the backup's
+        shutil.rmtree(staging, ignore_errors=True)
+        raise OSError(
+            f"the backup could not be copied into {staging} ({error.strerror or error}): "
+            "is that disk full? Nothing was changed"
+        ) from error
 
 
 def _write_durably(path: Path, text: str) -> None:
