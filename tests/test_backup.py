@@ -207,3 +207,26 @@ def test_a_restore_into_a_new_directory_cut_short_by_a_full_disk_is_run_again_pl
     monkeypatch.setattr(shutil, "copyfile", copyfile)
     assert eva("restore", "--data", str(target), str(backup), dirs=[target, backup]) == 0
     assert "does not verify" not in capsys.readouterr().err
+
+
+def test_a_restore_whose_forgets_meet_a_full_disk_says_they_are_pending(
+    backed_up: tuple[Path, Path, list[str]],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from eva.cli import cmd_forget
+
+    live, backup, forgotten = backed_up
+    finish = cmd_forget.finish_pending
+
+    def no_room(*args: object, **kwargs: object) -> object:
+        raise OSError(f"the data directory {live} could not be written: is its disk full?")
+
+    monkeypatch.setattr(cmd_forget, "finish_pending", no_room)
+    capsys.readouterr()
+    assert eva("restore", str(backup), "--data", str(live), "--replace", dirs=[live]) == 1
+    err = capsys.readouterr().err
+    assert "is its disk full?" in err and "the forgets it owes are pending" in err
+    monkeypatch.setattr(cmd_forget, "finish_pending", finish)
+    assert eva("forget", "--resume", "--data", str(live), dirs=[live]) == 0
+    assert not markers_in_files(live, forgotten)

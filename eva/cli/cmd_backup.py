@@ -160,6 +160,12 @@ def run_restore(args: argparse.Namespace) -> int:
         reports = finish_pending(store, args.data, settings)
     except ErasureFailed as failure:
         raise UserError(f"ERASURE FAILED: {failure}") from None
+    except OSError as error:
+        raise UserError(
+            f"{error.strerror or error}; the backup is in place, and the forgets it owes "
+            "are pending: `eva forget --resume` (or any command that writes) finishes them "
+            "once there is room, and until then no command shows those people's words"
+        ) from None
     after, broken = replayed(store)
     forgot = {s for streams in people.values() for s in streams}
     differ = [s for s, d in manifest.items() if s not in forgot and after.get(s) != d]
