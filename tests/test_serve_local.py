@@ -229,10 +229,10 @@ def test_a_disk_that_fills_up_ends_the_run_with_what_was_acked_and_no_traceback(
 
     data = tmp_path / "data"
     lines = "".join(f"Ann Lee: note {i} about the weekly plans and the garden\n"
-                    for i in range(2000))
+                    for i in range(1200))
 
     def limited() -> None:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (1000 * 1024, resource.RLIM_INFINITY))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (500 * 1024, resource.RLIM_INFINITY))
 
     full = subprocess.run(
         [*EVA, "serve-local", "--data", str(data), "--acks"],
@@ -241,7 +241,7 @@ def test_a_disk_that_fills_up_ends_the_run_with_what_was_acked_and_no_traceback(
     acked = [line for line in full.stdout.splitlines() if line.startswith("#local ")]
     assert full.returncode == 1 and "Traceback" not in full.stderr
     assert "is its disk full?" in full.stderr
-    assert 0 < len(acked) < 2000
+    assert 0 < len(acked) < 1200
     again = eva("serve-local", "--data", str(data), stdin="")
     assert again.returncode == 0, again.stderr
     assert by_name(status(data))["local"]["messages"] == len(acked)
