@@ -178,21 +178,21 @@ def test_settings_are_read_from_the_documented_place_without_settings(
 
 
 def test_a_bad_user_id_in_the_environment_is_named_and_an_empty_data_path_is_the_default(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    env = {**os.environ, "EVA_USER_ID": "abc", "EVA_DATA": ""}
-    run = [sys.executable, "-m", "eva"]
-    helped = subprocess.run([*run, "--help"], capture_output=True, text=True, env=env)
-    assert helped.returncode == 0 and "Traceback" not in helped.stderr
-    refused = subprocess.run(
-        [*run, "forget", "--user", "5"], capture_output=True, text=True, env=env, cwd=tmp_path
-    )
-    assert refused.returncode == 2 and "Traceback" not in refused.stderr
-    assert "'abc' is no Discord user id (it comes from --eva-id or EVA_USER_ID)" in refused.stderr
-    status = subprocess.run(
-        [*run, "status"], capture_output=True, text=True, env=env, cwd=tmp_path
-    )
-    assert "no Eva data directory at eva-data" in status.stderr
+    monkeypatch.setenv("EVA_USER_ID", "abc")
+    monkeypatch.setenv("EVA_DATA", "")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as helped:
+        main(["--help"])
+    assert helped.value.code == 0
+    with pytest.raises(SystemExit) as refused:
+        main(["forget", "--user", "5"])
+    assert refused.value.code == 2
+    err = capsys.readouterr().err
+    assert "'abc' is no Discord user id (it comes from --eva-id or EVA_USER_ID)" in err
+    assert main(["status"]) == 1
+    assert "no Eva data directory at eva-data" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
 
 
