@@ -88,7 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser = build_parser(command)  # loads the commands' modules: the slow part of a start
         args = parser.parse_args(given)
     except KeyboardInterrupt:
-        print(f"eva {command or ''}: interrupted".replace(" :", ":"), file=sys.stderr)
+        print(f"eva {command}: interrupted" if command else "eva: interrupted", file=sys.stderr)
         return 130
     if not getattr(args, "run", None):
         parser.print_help()

@@ -15,6 +15,11 @@ from eva.core.tables import Tables
 
 T = TypeVar("T")
 
+COPY_BYTES = 16 << 20
+"""Bytes of entries a copy (a compaction, a backup, a reshard) writes in one transaction,
+at most: a recall index entry can be megabytes, so a count of entries alone does not
+bound what a transaction holds."""
+
 
 class Backend(Protocol):
     """Byte tables with atomic, durable write transactions."""

@@ -44,6 +44,7 @@ from eva.core.keys import (
 from eva.core.projection import index_again
 from eva.core.slots import hold_open_slots
 from eva.core.tables import Tables
+from eva.store.kv import COPY_BYTES
 from eva.store.writer_lock import take_writer_lock
 
 T = TypeVar("T")
@@ -52,7 +53,6 @@ INITIAL_MAP_BYTES = 64 * 1024 * 1024
 DATA_FILE = "data.mdb"
 COMPACT_DIR = "compacting"
 COPY_CHUNK = 65536
-COPY_BYTES = 16 << 20
 GATE_POLL_S = 0.0005
 """How often a resize waiting for reads to end looks again, and a read waiting for
 a resize (both are short)."""

@@ -24,16 +24,13 @@ from eva.core.keys import CHAIN, DISCORD_IDS, EVENTS, PROJECTION_TABLES, StreamI
 from eva.core.projection import read_meta
 from eva.core.replay import posted_id_keys
 from eva.core.tables import Tables
-from eva.store.kv import Backend
+from eva.store.kv import COPY_BYTES, Backend
 
 STREAM_TABLES: tuple[Table, ...] = (EVENTS, CHAIN, *PROJECTION_TABLES)
 """Every table holding entries of a stream; `streams` (its record) is written last."""
 RECORD: Table = "streams"
 COPY_ROWS = 50_000
 """Entries a copy writes in one transaction, at most (but whole small streams together)."""
-COPY_BYTES = 16 << 20
-"""Bytes of entries a copy writes in one transaction, at most (the recall index's are
-large)."""
 DIGEST_ROWS = 4096
 """Entries hashed at a time when a stream's digest is worked out."""
 DELETE_ROWS = 4096
