@@ -11,7 +11,7 @@ counted as:
 - right: the reply gives the number;
 - read first: the number is grounded `read` (Eva opened the message, or recall showed it,
   before she stated it);
-- from the summary: the number is grounded `summary` only;
+- from the summary: a number the reply states is grounded `summary` only (right or not);
 - made up: the reply states a number found nowhere.
 
 With ANTHROPIC_API_KEY the questions go to Claude. Without one, --model careful or hasty
@@ -33,6 +33,7 @@ import re
 import sys
 import tempfile
 import time
+from collections import Counter
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -45,7 +46,9 @@ from eva.cli.cmd_import import import_bytes
 from eva.cli.common import open_store
 from eva.core.address import Address
 from eva.core.keys import StreamId
+from eva.core.render import render_line
 from eva.core.settings import MemorySettings, ModelSettings
+from eva.core.state import StreamMeta
 from eva.core.summarize import OfflineSummarizer
 from eva.demo.friends import friends_export
 from eva.live.inputs import Post
@@ -54,6 +57,7 @@ from eva.store.event_store import EventStore
 from eva.testing.fake_anthropic import JSON, FakeMessagesAPI
 
 NUMBER = re.compile(r"(?<![\w.:])\d+(?:[.:,]\d+)?(?![\w])")
+DIGITS = re.compile(r"\d+")
 BLANK = "___"
 CLOZE_WORDS = 8
 
@@ -68,17 +72,32 @@ class Question(msgspec.Struct, frozen=True):
         return f'What number did {self.author} write in "{self.cloze}"? Give the number.'
 
 
+def asked_at(meta: StreamMeta) -> int:
+    """When the questions are asked: an hour after the channel's last message."""
+    return meta.last_ms + 3_600_000
+
+
+def _clock(at_ms: int) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.gmtime(at_ms / 1000))
+
+
 def questions(store: EventStore, stream: StreamId, count: int, seed: int) -> list[Question]:
     """Questions about numbers the row shows only as a summary."""
     row = store.published_row(stream)
     meta = store.meta(stream)
     if row is None or meta is None:
         return []
-    # numbers the prompt shows word for word (the tail and its times) make no question
-    tail = store.messages(stream, row.frontier, meta.messages)
-    in_tail = {n for _, m in tail for n in NUMBER.findall(
-        f"{m.content} {time.strftime('%Y-%m-%d %H:%M', time.gmtime(m.posted.at_ms / 1000))}"
-    )}
+    # numbers the prompt shows word for word (the tail with its indexes and times, the
+    # row's addresses and dates, its lines of one message, the time of the question) make
+    # no question; a time's digits count alone too, as the grounding reads them
+    shown = [_clock(asked_at(meta))]
+    for index, m in store.messages(stream, row.frontier, meta.messages):
+        shown.append(f"[{index}] {_clock(m.posted.at_ms)} {m.content}")
+    row_lines = store.lines(stream, [Address(start, size) for start, size in row.entries])
+    for address, line in row_lines.items():
+        header = render_line(address, "", line.first_ms, line.last_ms)
+        shown.append(header if address.size > 1 else f"{header} {line.text}")
+    in_tail = {n for text in shown for n in (*NUMBER.findall(text), *DIGITS.findall(text))}
     addresses = [Address(start, size) for start, size in row.entries if size > 1]
     lines = store.lines(stream, addresses)
     found: dict[int, Question] = {}
@@ -97,7 +116,9 @@ def questions(store: EventStore, stream: StreamId, count: int, seed: int) -> lis
             at = next(i for i, word in enumerate(words) if BLANK in word)
             cloze = " ".join(words[max(0, at - CLOZE_WORDS // 2) : at + CLOZE_WORDS // 2 + 1])
             found[index] = Question(index, message.posted.author_name, number, cloze)
-    chosen = sorted(found.values(), key=lambda q: q.index)
+    # a cloze that several messages share has no one answer
+    shared = Counter(question.cloze for question in found.values())
+    chosen = sorted((q for q in found.values() if shared[q.cloze] == 1), key=lambda q: q.index)
     random.Random(seed).shuffle(chosen)
     return chosen[:count]
 
@@ -160,7 +181,7 @@ def judge(question: Question, answer: dict[str, Any]) -> dict[str, bool]:
     return {
         "right": right,
         "read_first": kind == "read",
-        "from_summary": kind == "summary",
+        "from_summary": any(d["kind"] == "summary" for d in numbers),
         "made_up": any(d["kind"] == "unsupported" for d in numbers),
     }
 
@@ -194,9 +215,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for check in (False, True):
             counts = {"right": 0, "read_first": 0, "from_summary": 0, "made_up": 0}
             settings = msgspec.structs.replace(models, check_guesses=check)
+            meta = store.meta(stream)
+            at_ms = int(time.time() * 1000) if meta is None else asked_at(meta)
             for question in asked:
                 post = Post(message_id=1, author_id=1, author_name="someone",
-                            at_ms=int(time.time() * 1000), content=question.text())
+                            at_ms=at_ms, content=question.text())
                 answer = trio.run(ask, store, stream, post, MemorySettings(), settings, key,
                                   post.at_ms)
                 for name, hit in judge(question, answer).items():
@@ -209,7 +232,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--questions", type=int, default=40)
-    parser.add_argument("--messages", type=int, default=1500, help="demo chat size")
+    parser.add_argument(
+        "--messages", type=int, default=2500,
+        help="demo chat size (enough for merged lines in a row of the default size)",
+    )
     parser.add_argument("--data", type=Path, default=None, help="a data directory instead")
     parser.add_argument("--channel", default=None, help="with --data: GUILD/CHANNEL or name")
     parser.add_argument("--model", choices=["careful", "hasty"], default="careful",

@@ -20,7 +20,7 @@ def test_the_two_scripted_models_are_told_apart(
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
 
     def run(model: str) -> dict[str, dict[str, int]]:
-        args = argparse.Namespace(questions=6, messages=1500, data=None, channel=None,
+        args = argparse.Namespace(questions=6, messages=2500, data=None, channel=None,
                                   model=model, seed=1)
         result = evaluation.run(args)
         assert result["questions"] >= 4

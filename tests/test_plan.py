@@ -11,12 +11,13 @@ import pytest
 
 from eva.cli.main import main
 from eva.core.block import ShownMessage, memory_row, message_line
-from eva.core.events import AnyEvent, LineWritten, MessagePosted
+from eva.core.events import AnyEvent, LineWritten, MessagePosted, RowPublished
 from eva.core.plan import (
     MONTH_DAYS,
     PromptTexts,
     ReplyAssumptions,
     Variant,
+    about_message,
     bill_variant,
     place_replies,
     read_timeline,
@@ -173,11 +174,22 @@ def test_eva_plan_gives_the_same_bill_every_run(
     settings.write_text(SMALL_MEMORY)
     chart = tmp_path / "days.svg"
     args = [str(export), "--settings", str(settings), "--replies-per-month", "40"]
-    first = run_plan([*args, "--chart", str(chart)], capsys)
-    second = run_plan(args, capsys)
+    first = run_plan([*args, "--chart", str(chart), "--rows", "1,0.5"], capsys)
+    second = run_plan([*args, "--rows", "0.5"], capsys)
     first.pop("seconds")
     second.pop("seconds")
     assert first == second
+    # the row compared at its own size and at half: a smaller row is further from the
+    # messages, and zooming down costs more than one round; recall first lies between
+    default, half = first["rows"]
+    assert (default["row_low_bytes"], default["row_high_bytes"]) == (4096, 8192)
+    assert (half["row_low_bytes"], half["row_high_bytes"]) == (2048, 4096)
+    assert half["zoom_depth"] > default["zoom_depth"] > 0
+    for row in (default, half):
+        usd = row["usd_per_month"]
+        assert usd["zooming"] > usd["recall first"] > usd["assumed"] > 0
+    assert default["usd_per_month"]["assumed"] == pytest.approx(first["usd_per_month"])
+    assert first["usd_per_month_zooming"] == default["usd_per_month"]["zooming"]
     for key in ("usd_per_month", "tree_usd_per_month", "replies_usd_per_month",
                 "replies_per_month", "usd_per_reply_cold", "usd_per_reply_warm",
                 "cache_read_share", "reply_model", "price_table_checked"):
@@ -216,10 +228,11 @@ def test_eva_plan_prints_a_table_and_reads_a_data_directory(
     out = capsys.readouterr().out
     assert "$/month" in out and "margin" in out and "the seed's figure" in out
     assert "*claude-haiku-5-5 long" in out
+    assert "zooming down to it" in out and "*4-8 KiB" in out and " 2-4 KiB" in out
     from_export = run_plan([str(export), "--settings", str(settings),
-                            "--replies-per-month", "30"], capsys)
+                            "--replies-per-month", "30", "--rows", "1"], capsys)
     from_data = run_plan(["--data", str(data), "--settings", str(settings),
-                          "--replies-per-month", "30"], capsys)
+                          "--replies-per-month", "30", "--rows", "1"], capsys)
     assert from_data["usd_per_month"] == pytest.approx(from_export["usd_per_month"])
 
 
@@ -230,6 +243,9 @@ def test_eva_plan_prints_a_table_and_reads_a_data_directory(
         (["missing.json"], "no such file"),
         (["{export}", "--replies-per-month", "-3"], "must not be negative"),
         (["{export}", "--tool-rounds", "99"], "between 0 and 16"),
+        (["{export}", "--recall-finds", "nan"], "--recall-finds must be between 0 and 1"),
+        (["{export}", "--rows", "1,half"], "--rows takes shares such as"),
+        (["{export}", "--rows", "0"], "each share must be above 0"),
         (["--data", "{tmp}/nowhere"], "no Eva data directory"),
     ],
 )
@@ -250,6 +266,49 @@ def test_zoom_depth_weighs_each_line_by_the_messages_it_covers() -> None:
     assert zoom_depth([]) == 0.0
 
 
+def test_a_reply_is_about_one_message_of_the_row_each_as_likely() -> None:
+    starts, sizes = [0, 8, 12, 14, 15], [8, 4, 2, 1, 1]
+    drawn = [about_message(starts, sizes, seed=1, question=q) for q in range(4000)]
+    assert set(drawn) == {3, 2, 1, 0}
+    # half the messages sit three zooms down, a quarter two, and so on
+    assert drawn.count(3) / len(drawn) == pytest.approx(0.5, abs=0.03)
+    assert drawn.count(2) / len(drawn) == pytest.approx(0.25, abs=0.03)
+    assert sum(drawn) / len(drawn) == pytest.approx(zoom_depth(sizes), abs=0.05)
+    assert drawn == [about_message(starts, sizes, seed=1, question=q) for q in range(4000)]
+    assert drawn != [about_message(starts, sizes, seed=2, question=q) for q in range(4000)]
+    assert about_message([], [], seed=1, question=5) == 0
+
+
+def test_a_replys_rounds_counted_three_ways() -> None:
+    assumed = ReplyAssumptions(tool_rounds=1, recall_finds=0.75)
+    assert [assumed.rounds_for(n, 6, "assumed") for n in range(4)] == [1, 1, 1, 1]
+    # one round a zoom, never fewer than the assumed round
+    assert [assumed.rounds_for(n, zooms, "zooming") for n, zooms in enumerate([6, 3, 0, 1])] \
+        == [6, 3, 1, 1]
+    # recall first: three in four find it in their round; one in four zooms after it
+    assert [assumed.rounds_for(n, 6, "recall first") for n in range(8)] == [7, 1, 1, 1] * 2
+
+
+def test_zooming_replies_pay_for_each_round() -> None:
+    posts = chat()
+    row = [
+        LineWritten(at_ms=BASE_MS + 150_000, start=0, size=2, text="two", first_ms=BASE_MS,
+                    last_ms=BASE_MS + 60_000, how="model", model=OFFLINE_MODEL),
+    ]
+    published = RowPublished(at_ms=BASE_MS + 150_000, entries=((0, 2),), frontier=2,
+                             row_bytes=20)
+    log: list[AnyEvent] = [*posts[:3], *row, published, posts[3]]
+    timeline = read_timeline(log, {3: "Q" * 30}, TEXTS, 1 << 20, 1.0, tz_utc())
+    assert [turn.zooms for turn in timeline.turns] == [1] and timeline.zooms == [1]
+    assumed = ReplyAssumptions(tool_rounds=0, answer_bytes=10, thinking_tokens=0,
+                               check_share=0.0)
+    variant = Variant("m", "long")
+    [fixed] = bill_variant(timeline, variant, PRICE, TEXTS, assumed).replies
+    [zooming] = bill_variant(timeline, variant, PRICE, TEXTS, assumed, "zooming").replies
+    assert (fixed.requests, zooming.requests) == (1, 2)
+    assert zooming.usd > fixed.usd
+
+
 def test_a_model_missing_from_the_price_table_is_shown_unpriced(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -257,14 +316,14 @@ def test_a_model_missing_from_the_price_table_is_shown_unpriced(
     export.write_bytes(friends_export(300))
     settings = tmp_path / "mystery.toml"
     settings.write_text(SMALL_MEMORY + '[models]\nreply_model = "claude-mystery-9"\n')
-    result = run_plan([str(export), "--settings", str(settings), "--replies-per-month", "20"],
-                      capsys)
+    result = run_plan([str(export), "--settings", str(settings), "--replies-per-month", "20",
+                       "--rows", "1"], capsys)
     assert result["reply_model"] == "claude-mystery-9"
     assert result["usd_per_month"] is None and result["usd_per_reply_cold"] is None
     assert result["margin"] is None
     assert result["tree_usd_per_month"] is not None  # the line model is priced
     assert main(["plan", str(export), "--settings", str(settings),
-                 "--replies-per-month", "20"]) == 0
+                 "--replies-per-month", "20", "--rows", "1"]) == 0
     assert "unpriced" in capsys.readouterr().out
 
 

@@ -7,6 +7,8 @@
 # sent anywhere), and prices every reply request through the model of the
 # prompt cache, for each reply model and cache layout. The figures depend on
 # the assumptions printed with them (tool rounds, tool results, answer size).
+# The channel is played again for each smaller row asked for (`--rows`), to
+# show what a coarser row saves and what it costs in zooms.
 # Invariants: the same input, settings and seed give the same figures; a model
 # missing from the price table is shown unpriced, never guessed.
 from __future__ import annotations
@@ -42,15 +44,19 @@ from eva.core.keys import StreamId
 from eva.core.plan import (
     PLAN_REPLIES,
     PLAN_USD,
+    ROUNDS,
     SEED_FIGURE,
     PromptTexts,
     ReplyAssumptions,
+    RowFigures,
     Summary,
+    Timeline,
     Variant,
     at_rate,
     bill_variant,
     place_replies,
     read_timeline,
+    row_figures,
     summarize,
     usd_by_day,
 )
@@ -80,6 +86,8 @@ ANSWER_TEXT = (
     "I remember that: it came up a while ago, and here is what people said about it then. "
 )
 MODELS = ("claude-haiku-5-5", "claude-sonnet-5-5")
+ROW_SHARES = "1,0.5,0.25"
+"""The row sizes `eva plan` compares by default: shares of the row's marks."""
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -120,12 +128,22 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     plan.add_argument("--check-share", type=float, default=assumed.check_share, metavar="S",
                       help="share of replies that get the round checking details Eva did "
                       f"not read, two more requests (default {assumed.check_share})")
+    plan.add_argument("--recall-finds", type=float, default=assumed.recall_finds, metavar="S",
+                      help="with recall first: the share of replies whose one recall shows "
+                      f"the message they are about (default {assumed.recall_finds}, "
+                      "scripts/eval_recall.py)")
     plan.add_argument("--thinking-tokens", type=int, default=assumed.thinking_tokens,
                       metavar="T", help="output spent thinking in each request "
                       f"(default {assumed.thinking_tokens})")
     plan.add_argument("--messages-per-month", type=float, default=None, metavar="N",
                       help="run the channel's clock faster or slower so that people post N "
                       "messages a month (gaps scaled alike, bursts kept)")
+    plan.add_argument("--rows", default=ROW_SHARES, metavar="SHARES",
+                      help="row sizes to compare, as shares of the row's marks (row_low_bytes "
+                      "and row_high_bytes), each played again and priced with the default "
+                      "model and layout: one tool round a reply, zooming down to the message "
+                      f"it is about, and recall first (default {ROW_SHARES}; 1: the settings' "
+                      "row only, played once)")
     plan.add_argument("--chart", type=Path, default=None, metavar="FILE.svg",
                       help="draw dollars a day of the default settings as an SVG chart")
     add_settings_option(plan)
@@ -252,14 +270,40 @@ def assumptions_of(args: argparse.Namespace) -> ReplyAssumptions:
             raise UserError(f"--{name.replace('_', '-')} must not be negative")
     if not 0 <= args.tool_rounds <= 16:
         raise UserError("--tool-rounds must be between 0 and 16")
-    if not 0 <= args.check_share <= 1:
-        raise UserError("--check-share must be between 0 and 1")
+    for name in ("check_share", "recall_finds"):
+        if not 0 <= getattr(args, name) <= 1:  # NaN too
+            raise UserError(f"--{name.replace('_', '-')} must be between 0 and 1")
     return ReplyAssumptions(
         check_share=args.check_share,
+        recall_finds=args.recall_finds,
         tool_rounds=args.tool_rounds,
         tool_result_bytes=args.tool_result_bytes,
         answer_bytes=args.answer_bytes,
         thinking_tokens=args.thinking_tokens,
+    )
+
+
+MOST_ROW_SHARE = 4.0
+"""The largest share of the row's marks `--rows` takes."""
+
+
+def row_shares(text: str) -> list[float]:
+    """The shares `--rows` names, the settings' own (1) first, each once."""
+    try:
+        shares = [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise UserError(f"--rows takes shares such as {ROW_SHARES}, not {text!r}") from None
+    if not all(0 < share <= MOST_ROW_SHARE for share in shares):  # NaN too
+        raise UserError(f"--rows: each share must be above 0 and at most {MOST_ROW_SHARE:g}")
+    return [1.0, *dict.fromkeys(share for share in shares if share != 1.0)]
+
+
+def scaled_row(settings: MemorySettings, share: float) -> MemorySettings:
+    """The settings with the row's marks at `share` of theirs."""
+    return msgspec.structs.replace(
+        settings,
+        row_low_bytes=max(1, round(settings.row_low_bytes * share)),
+        row_high_bytes=max(1, round(settings.row_high_bytes * share)),
     )
 
 
@@ -277,6 +321,7 @@ def run_plan(args: argparse.Namespace) -> int:
     settings = load_settings(args.settings)
     models = load_model_settings(args.settings)
     assumptions = assumptions_of(args)
+    shares = row_shares(args.rows)
     if args.chart is not None:
         _check_writable(args.chart)  # before the minutes of playing, not after
     stream, name, events = channel_posts(args)
@@ -300,10 +345,6 @@ def run_plan(args: argparse.Namespace) -> int:
         )
     answered = place_replies(posts, args.replies_per_month, args.seed, only)
     chat, questions = with_answers(posts, answered, assumptions)
-    say(f"playing {len(chat):,} messages ({len(answered):,} of them answered) offline")
-    log = play(others, chat, stream, settings, models.line_target_share)
-    meta_zone = next((e.time_zone for e in others if isinstance(e, ChannelDescribed)), None)
-    tz = channel_zone(None, msgspec.structs.replace(settings, time_zone=meta_zone or ""))
     texts = PromptTexts(
         system=SYSTEM_PROMPT,
         tools=TOOLS_TEXT,
@@ -311,15 +352,10 @@ def run_plan(args: argparse.Namespace) -> int:
         empty_tail=EMPTY_TAIL_TEXT,
         budget_tokens=models.reply_prompt_tokens_max,
     )
-    reply_price = models.prices.get(models.reply_model)
-    per = reply_price.bytes_per_token if reply_price is not None else BYTES_PER_TOKEN
-    timeline = read_timeline(log, questions, texts, settings.prompt_tail_max_bytes, per, tz)
-    line_price = models.prices.get(models.line_model)
-    line_per = line_price.bytes_per_token if line_price is not None else BYTES_PER_TOKEN
-    tree = bill_tree(
-        log, line_price, estimate_tokens(LINE_INSTRUCTIONS, line_per),
-        settings.tasks_per_request, models.use_batches,
-    )
+    meta_zone = next((e.time_zone for e in others if isinstance(e, ChannelDescribed)), None)
+    channel = _Channel(stream, others, chat, questions, meta_zone, texts, args.seed)
+    say(f"playing {len(chat):,} messages ({len(answered):,} of them answered) offline")
+    timeline, tree = channel.played(settings, models)
     months = timeline.months
     ways = variants(models)
     say(f"pricing {len(timeline.turns):,} replies {len(ways)} ways")
@@ -328,6 +364,13 @@ def run_plan(args: argparse.Namespace) -> int:
         for variant in ways
     ]
     summaries = [summarize(bill, tree, months, timeline.zoom_depths) for bill in bills]
+    rows = [channel.row_figures(timeline, tree, settings, models, assumptions)]
+    for share in shares[1:]:
+        smaller = scaled_row(settings, share)
+        say(f"playing it again with a row of {_kib(smaller.row_low_bytes)}-"
+            f"{_kib(smaller.row_high_bytes)} KiB")
+        played, played_tree = channel.played(smaller, models)
+        rows.append(channel.row_figures(played, played_tree, smaller, models, assumptions))
     if args.chart is not None:
         title = (f"eva plan: #{name}, {summaries[0].name}, dollars a day "
                  f"(${summaries[0].usd_per_month:.2f} a month)")
@@ -336,12 +379,66 @@ def run_plan(args: argparse.Namespace) -> int:
         except OSError as error:
             raise UserError(f"cannot write {args.chart}: {error.strerror or error}") from None
     result = plan_json(name, posts, months, answered, assumptions, models, tree, summaries)
+    result.update(rows_json(rows, models.line_model in models.prices, assumptions.recall_finds))
     result["seconds"] = round(time.perf_counter() - started, 1)
     if args.json:
         print_json(result)
     else:
         print(describe_plan(result))
     return 0
+
+
+class _Channel:
+    """The channel as `eva plan` plays it, with Eva's answers: played again for each row."""
+
+    def __init__(
+        self,
+        stream: StreamId,
+        others: Sequence[AnyEvent],
+        chat: Sequence[MessagePosted],
+        questions: dict[int, str],
+        time_zone: str | None,
+        texts: PromptTexts,
+        seed: int,
+    ) -> None:
+        self.stream, self.others, self.chat, self.questions = stream, others, chat, questions
+        self.time_zone, self.texts, self.seed = time_zone, texts, seed
+
+    def played(self, settings: MemorySettings, models: ModelSettings) -> tuple[Timeline, TreeBill]:
+        """Each reply's prompt and the tree's bill, the channel played with `settings`."""
+        log = play(self.others, self.chat, self.stream, settings, models.line_target_share)
+        tz = channel_zone(None, msgspec.structs.replace(settings, time_zone=self.time_zone or ""))
+        reply_price = models.prices.get(models.reply_model)
+        per = reply_price.bytes_per_token if reply_price is not None else BYTES_PER_TOKEN
+        timeline = read_timeline(
+            log, self.questions, self.texts, settings.prompt_tail_max_bytes, per, tz, self.seed
+        )
+        line_price = models.prices.get(models.line_model)
+        line_per = line_price.bytes_per_token if line_price is not None else BYTES_PER_TOKEN
+        tree = bill_tree(
+            log, line_price, estimate_tokens(LINE_INSTRUCTIONS, line_per),
+            settings.tasks_per_request, models.use_batches,
+        )
+        return timeline, tree
+
+    def row_figures(
+        self,
+        timeline: Timeline,
+        tree: TreeBill,
+        settings: MemorySettings,
+        models: ModelSettings,
+        assumptions: ReplyAssumptions,
+    ) -> RowFigures:
+        """A played row's month with the default model and layout, counted each way."""
+        variant = Variant(models.reply_model, models.cache_layout)
+        return row_figures(
+            timeline, tree, variant, models.prices.get(models.reply_model), self.texts,
+            assumptions, (settings.row_low_bytes, settings.row_high_bytes),
+        )
+
+
+def _kib(size: int) -> str:
+    return f"{size / 1024:g}"
 
 
 def say(text: str) -> None:
@@ -426,6 +523,58 @@ def plan_json(
     }
 
 
+def rows_json(
+    rows: Sequence[RowFigures], tree_priced: bool, recall_finds: float
+) -> dict[str, Any]:
+    """The default row's month with its replies' rounds counted each way, and every row
+    compared: `usd_per_month_zooming`, `usd_per_month_recall_first` and `rows`."""
+
+    def month(summary: Summary) -> float | None:
+        return round(summary.usd_per_month, 6) if summary.priced and tree_priced else None
+
+    compared: list[dict[str, Any]] = [
+        {
+            "row_low_bytes": row.row_low_bytes,
+            "row_high_bytes": row.row_high_bytes,
+            "zoom_depth": round(row.zoom_depth, 2),
+            "zooms_per_reply": round(row.zooms, 2),
+            "usd_per_month": {rounds: month(row.by_rounds[rounds]) for rounds in ROUNDS},
+            "usd_per_reply_cold": round(row.by_rounds["assumed"].usd_per_reply_cold, 6)
+            if row.by_rounds["assumed"].priced else None,
+            "largest_prompt_tokens": max(s.largest_prompt_tokens for s in row.by_rounds.values()),
+        }
+        for row in rows
+    ]
+    first = compared[0]["usd_per_month"]
+    return {
+        "usd_per_month_zooming": first["zooming"],
+        "usd_per_month_recall_first": first["recall first"],
+        "recall_finds": recall_finds,
+        "rows": compared,
+    }
+
+
+def describe_rows(result: dict[str, Any]) -> list[str]:
+    """The rows compared, as lines of a table."""
+    out = [
+        f"what a smaller row saves and costs in zooms ({result['name']}; a reply about an "
+        "older message: one tool round, zooming down to it, or recall first)",
+        f"{'row':<14}{'zoom depth':>11}{'zooms':>7}{'one round':>11}{'zooming':>9}"
+        f"{'recall first':>14}{'cold':>9}{'largest':>9}",
+    ]
+    for number, row in enumerate(result["rows"]):
+        usd = row["usd_per_month"]
+        cold = row["usd_per_reply_cold"]
+        marks = f"{_kib(row['row_low_bytes'])}-{_kib(row['row_high_bytes'])} KiB"
+        out.append(
+            f"{'*' if number == 0 else ' '}{marks:<13}{row['zoom_depth']:>11}"
+            f"{row['zooms_per_reply']:>7}{_money(usd['assumed']):>11}{_money(usd['zooming']):>9}"
+            f"{_money(usd['recall first']):>14}{_money(cold, 4):>9}"
+            f"{row['largest_prompt_tokens']:>9,}"
+        )
+    return out
+
+
 def _money(value: float | None, digits: int = 2) -> str:
     return "unpriced" if value is None else f"${value:,.{digits}f}"
 
@@ -451,6 +600,11 @@ def describe_plan(result: dict[str, Any]) -> str:
         f"{tree['seed_figure']}",
         f"row: a reply's row is {result['zoom_depth']} zooms above the messages it covers, "
         f"on average; the largest request held {result['largest_prompt_tokens']:,} tokens",
+        f"zooming: {_money(result['usd_per_month_zooming'])} a month if a reply about an older "
+        "message zooms from its row line down to it, one round a zoom "
+        f"({result['rows'][0]['zooms_per_reply']} on average); "
+        f"{_money(result['usd_per_month_recall_first'])} with recall first, which finds it "
+        f"{result['recall_finds']:.0%} of the time in one round",
         "",
         f"{'reply model and cache layout':<44}{'$/month':>9}{'replies':>9}{'tree':>7}"
         f"{'$/reply p50':>12}{'p95':>9}{'cold':>9}{'warm':>9}{'cold':>6}{'read':>6}"
@@ -470,5 +624,6 @@ def describe_plan(result: dict[str, Any]) -> str:
         f"* the default settings; margin is what is left of the ${result['plan_usd']:.0f} plan; "
         "cold: the reply found no row in the cache; read: prompt tokens read from the cache"
     )
+    out += ["", *describe_rows(result)]
     out.append(f"({result['seconds']} s; played offline in a temporary directory)")
     return "\n".join(out)

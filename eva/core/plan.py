@@ -8,7 +8,10 @@
 # functions the reply path uses (eva.core.prompt), so what it prices is what
 # Eva sends. Assumptions it cannot measure (how many tool rounds a reply
 # takes, what a tool returns, how long an answer is) are one value,
-# `ReplyAssumptions`, printed with every plan.
+# `ReplyAssumptions`, printed with every plan. How many rounds a reply needs
+# is priced three ways (`ROUNDS`): the assumed count; zooming from the row
+# line that covers the message the reply is about down to that message; and
+# recall first, zooming only when recall misses.
 # Invariants: a reply's requests are priced one by one (the long-prompt tier is
 # per request); a model missing from the table is never priced; the same
 # inputs give the same bills.
@@ -20,6 +23,7 @@ from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import tzinfo
+from typing import Literal
 
 import msgspec
 
@@ -49,6 +53,13 @@ SEED_FIGURE = "4,801 small-model calls, about $3, for 52,000 messages"
 """What the tree was first estimated to cost, printed beside the measured figure."""
 PING_TEXT = "."
 """The whole user turn of a keep-warm request (max_tokens 1)."""
+RECALL_FINDS = 0.85
+"""The share of questions whose evidence Eva's recall tool shows in its 6,000 bytes
+(scripts/eval_recall.py on its held-out questions, 2026-12-07)."""
+
+Rounds = Literal["assumed", "zooming", "recall first"]
+ROUNDS: tuple[Rounds, ...] = ("assumed", "zooming", "recall first")
+"""How a reply's tool rounds are counted: `ReplyAssumptions.rounds_for`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,14 +83,35 @@ class ReplyAssumptions:
     """Share of replies that state a detail Eva did not read, and so get the round that asks
     her to check it (ModelSettings.check_guesses): her first answer, then a zoom round, then
     the answer again; two more requests, each re-reading the prompt."""
+    recall_finds: float = RECALL_FINDS
+    """With `recall first`: the share of replies whose one recall shows the message."""
 
     def checked(self, number: int) -> bool:
         """Whether reply `number` (0, 1, ...) is one of the `check_share` that are checked,
         spread evenly."""
-        return math.floor((number + 1) * self.check_share) > math.floor(number * self.check_share)
+        return _spread(number, self.check_share)
+
+    def rounds_for(self, number: int, zooms: int, rounds: Rounds) -> int:
+        """The tool rounds of reply `number`, about a message `zooms` below its row line.
+
+        `assumed`: `tool_rounds` whatever the reply is about. `zooming`: one round a
+        zoom, from the row line down to the message, and no fewer than `tool_rounds`.
+        `recall first`: `tool_rounds` when recall finds the message (`recall_finds` of
+        replies, spread evenly), those and the zooms when it does not.
+        """
+        if rounds == "assumed":
+            return self.tool_rounds
+        if rounds == "zooming":
+            return max(self.tool_rounds, zooms)
+        return self.tool_rounds + (0 if _spread(number, self.recall_finds) else zooms)
 
     def answer_tokens(self, bytes_per_token: float) -> int:
         return math.ceil(self.answer_bytes / bytes_per_token)
+
+
+def _spread(number: int, share: float) -> bool:
+    """Whether item `number` (0, 1, ...) is among a `share` of items spread evenly."""
+    return math.floor((number + 1) * share) > math.floor(number * share)
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +181,8 @@ class _Turn:
     """(key, bytes) of the row block."""
     tail: tuple[tuple[str, int], ...]
     question: tuple[str, int]
+    zooms: int = 0
+    """Zooms from the row line that covers the message the reply is about down to it."""
 
 
 @dataclass(slots=True)
@@ -162,6 +196,8 @@ class Timeline:
     zoom_depths: list[float] = field(default_factory=list)
     """Per reply: how many zooms lead from the row to one of the messages it covers, on
     average over those messages (a line of 2^k messages is k zooms above each)."""
+    zooms: list[int] = field(default_factory=list)
+    """Per reply: the zooms down to the one message it is about (`about_message`)."""
     first_ms: int = 0
     last_ms: int = 0
 
@@ -182,17 +218,22 @@ def read_timeline(
     tail_cap_bytes: int,
     bytes_per_token: float,
     tz: tzinfo,
+    seed: int = 1,
 ) -> Timeline:
     """Each answered message's first prompt, as the reply path would build it then.
 
     `questions` maps the index of each message Eva answers to the new-message
     text of its request. The row is the one last published before it; the tail
     runs from that row's frontier to the question, fitted by the reply path's
-    own guard and cut in chunks where this row's earlier prompts ended.
+    own guard and cut in chunks where this row's earlier prompts ended. Each
+    reply is also given the message of the row it is about (`about_message`,
+    drawn with `seed`), and the zooms down to it.
     """
     timeline = Timeline()
     rendered: dict[tuple[int, int], str] = {}
     row_lines: list[str] = []
+    row_starts: list[int] = []
+    row_sizes: list[int] = []
     tail: list[tuple[int, str]] = []
     cuts: list[int] = []
     depth = 0.0
@@ -208,7 +249,9 @@ def read_timeline(
             )
         elif isinstance(event, RowPublished):
             row_lines = [rendered[(start, size)] for start, size in event.entries]
-            depth = zoom_depth([size for _, size in event.entries])
+            row_starts = [start for start, _ in event.entries]
+            row_sizes = [size for _, size in event.entries]
+            depth = zoom_depth(row_sizes)
             timeline.publish_times.append(event.at_ms)
             tail = [line for line in tail if line[0] >= event.frontier]
             cuts = []
@@ -228,6 +271,8 @@ def read_timeline(
                 bytes_per_token=bytes_per_token,
             )
             timeline.zoom_depths.append(depth)
+            zooms = about_message(row_starts, row_sizes, seed, event.index)
+            timeline.zooms.append(zooms)
             memory = memory_prompt(row_lines, tail, tail_cap_bytes, budget, cuts)
             whole = "".join(memory.tail)
             if memory.tail_end and (not cuts or memory.tail_end > cuts[-1]):
@@ -241,9 +286,24 @@ def read_timeline(
                         row=row,
                         tail=tuple(_sized(chunk) for chunk in (tail_chunks or (texts.empty_tail,))),
                         question=_sized(question),
+                        zooms=zooms,
                     )
                 )
     return timeline
+
+
+def about_message(
+    starts: Sequence[int], sizes: Sequence[int], seed: int, question: int
+) -> int:
+    """The zooms from a row (its lines' first messages and sizes, oldest first) down to
+    the message that the reply to message `question` is about: one of the row's
+    messages, each as likely (drawn with `seed`), so that a line of 2^k messages is k
+    zooms above each of its own. 0 without a row."""
+    if not starts:
+        return 0
+    covered = starts[-1] + sizes[-1]
+    wanted = int.from_bytes(_draw(seed, question, "about"), "big") % covered
+    return sizes[bisect_right(starts, wanted) - 1].bit_length() - 1
 
 
 def zoom_depth(sizes: Sequence[int]) -> float:
@@ -282,12 +342,14 @@ def bill_variant(
     price: Price | None,
     texts: PromptTexts,
     assumptions: ReplyAssumptions,
+    rounds_by: Rounds = "assumed",
 ) -> VariantBill:
     """Send every reply of `timeline` the way `variant` says, through one prompt cache.
 
-    A reply is its first request, then `assumptions.tool_rounds` more, each
-    with the previous round's tool call and result added. Without a price the
-    requests are still counted, at zero dollars.
+    A reply is its first request, then its tool rounds (counted as `rounds_by`
+    says, see ReplyAssumptions.rounds_for), each with the previous round's tool
+    call and result added. Without a price the requests are still counted, at
+    zero dollars.
     """
     per = price.bytes_per_token if price is not None else BYTES_PER_TOKEN
     cache = CacheSimulator(min_tokens=price.min_cache_tokens if price is not None else 0)
@@ -317,7 +379,9 @@ def bill_variant(
         usd = 0.0
         output = largest = 0
         cold = True
-        rounds = assumptions.tool_rounds + (2 if assumptions.checked(number) else 0)
+        rounds = assumptions.rounds_for(number, turn.zooms, rounds_by) + (
+            2 if assumptions.checked(number) else 0
+        )
         for round_number in range(rounds + 1):
             now_s = turn.at_ms / 1000 + round_number * assumptions.round_seconds
             used = cache.request(blocks, now_s)
@@ -441,8 +505,11 @@ def place_replies(
     return sorted(ranked[:wanted])
 
 
-def _draw(seed: int, index: int) -> bytes:
-    return hashlib.blake2b(f"{seed}:{index}".encode(), digest_size=8).digest()
+def _draw(seed: int, index: int, what: str = "") -> bytes:
+    """A number drawn for message `index` with `seed`: the same every time, unrelated to
+    the one drawn for another `what`."""
+    key = f"{seed}:{index}" if not what else f"{seed}:{what}:{index}"
+    return hashlib.blake2b(key.encode(), digest_size=8).digest()
 
 
 # -- summing up -----------------------------------------------------------------------
@@ -506,6 +573,48 @@ def summarize(
         largest_prompt_tokens=max((reply.largest_prompt for reply in replies), default=0),
         zoom_depth=sum(zoom_depths) / len(zoom_depths) if zoom_depths else 0.0,
         margin=(PLAN_USD - total) / PLAN_USD,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RowFigures:
+    """What one row size costs a month, a reply's rounds counted each way of `ROUNDS`."""
+
+    row_low_bytes: int
+    row_high_bytes: int
+    zoom_depth: float
+    """Zooms from the row to a message it covers, on average over replies and messages."""
+    zooms: float
+    """Zooms from the row to the message a reply is about, on average over replies."""
+    by_rounds: dict[Rounds, Summary]
+
+
+def row_figures(
+    timeline: Timeline,
+    tree: TreeBill,
+    variant: Variant,
+    price: Price | None,
+    texts: PromptTexts,
+    assumptions: ReplyAssumptions,
+    marks: tuple[int, int],
+) -> RowFigures:
+    """Price `timeline` (played with the row marks `marks`, low and high) with `variant`,
+    its replies' tool rounds counted each way of `ROUNDS`."""
+    months = timeline.months
+    by_rounds = {
+        rounds: summarize(
+            bill_variant(timeline, variant, price, texts, assumptions, rounds),
+            tree, months, timeline.zoom_depths,
+        )
+        for rounds in ROUNDS
+    }
+    zooms = timeline.zooms
+    return RowFigures(
+        row_low_bytes=marks[0],
+        row_high_bytes=marks[1],
+        zoom_depth=by_rounds["assumed"].zoom_depth,
+        zooms=sum(zooms) / len(zooms) if zooms else 0.0,
+        by_rounds=by_rounds,
     )
 
 

@@ -2,10 +2,9 @@
 #
 # Plain data: the shell reads overrides (a TOML file, flags) and hands the core
 # a `MemorySettings`; the core never looks anything up itself. The defaults are
-# DESIGN.md's shape at the sizes `eva plan` chose to fit the $15 plan (README,
-# "What a server costs"): a row of 12-24 KiB and a tail of 4-32 KiB, a quarter to
-# a third of DESIGN.md's first figures, so that a reply's prompt stays near 15,000
-# tokens.
+# DESIGN.md's: a row merged past 96 KiB down to 48 KiB, about 12 KiB of the newest
+# chat word for word, compression from 48 KiB of messages with no leaf. Smaller
+# sizes are settings; `eva plan` shows what they save and what they cost in zooms.
 from __future__ import annotations
 
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -23,19 +22,19 @@ class MemorySettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
 
     line_limit: int = 512
     """Bytes of UTF-8 a line may hold."""
-    compress_at_bytes: int = 16 * KIB
+    compress_at_bytes: int = 48 * KIB
     """A compression run starts when the messages with no leaf yet pass this."""
-    tail_keep_bytes: int = 4 * KIB
+    tail_keep_bytes: int = 12 * KIB
     """A run leaves about this much of the newest chat without leaves, word for word."""
     quiet_ms: int = 30 * MINUTE_MS
     """Publish when the chat has been quiet this long."""
-    overflow_tail_bytes: int = 32 * KIB
+    overflow_tail_bytes: int = 96 * KIB
     """Publish anyway when the tail passes this."""
-    row_high_bytes: int = 24 * KIB
+    row_high_bytes: int = 96 * KIB
     """Row merges start when the rendered row passes this..."""
-    row_low_bytes: int = 12 * KIB
+    row_low_bytes: int = 48 * KIB
     """...and stop once it is at most this."""
-    prompt_tail_max_bytes: int = 64 * KIB
+    prompt_tail_max_bytes: int = 128 * KIB
     """The tail shown in the prompt never passes this; older uncovered messages are cut."""
     model_calls_in_flight: int = 8
     """Model calls running at once in one process."""
