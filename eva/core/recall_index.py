@@ -21,15 +21,17 @@ from __future__ import annotations
 import struct
 import sys
 from array import array
+from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
 import msgspec
+import numpy as np
 
 from eva.core.keys import StreamId, Table, stream_prefix
-from eva.core.terms import term_bytes
+from eva.core.terms import ASCII_FOLD, MAX_TERM_CHARS, term_bytes
 
 if TYPE_CHECKING:  # the projector imports this module
     from eva.core.tables import Tables
@@ -164,49 +166,81 @@ Gathered = tuple[int, dict[bytes, bytes], int, int]
 def gather(texts: Sequence[tuple[int, str]]) -> list[Gathered]:
     """The postings of `texts` ((index, text) in increasing index order), bucket by bucket.
 
-    Each message appends its record once to the list of each of its words;
-    the lists stay in offset order, and the terms in the order they first
-    occur.
+    Each message's record goes once into the list of each of its words, which
+    stays in offset order; the terms come in the order they first occur. A
+    bucket's words are counted with numpy: each word is made a number once (the
+    one Python step a word takes), and the records are sorted, counted and laid
+    out as arrays.
     """
     gathered: list[Gathered] = []
-    number = -1
-    postings: dict[bytes, list[bytes]] = {}
-    docs = length_sum = 0
-    pack = _POSTING.pack
-
-    def close_bucket() -> None:
-        if number >= 0:
-            joined = dict(zip(postings, map(b"".join, postings.values()), strict=True))
-            gathered.append((number, joined, docs, length_sum))
-
-    for index, text in texts:
-        words = term_bytes(text)
-        if not words:
-            continue
-        if index >> BUCKET_BITS != number:
-            close_bucket()
-            number, postings, docs, length_sum = index >> BUCKET_BITS, {}, 0, 0
-        length = min(len(words), _MAX_LENGTH)
-        docs += 1
-        length_sum += length
-        record = pack(index & _OFFSET_MASK, length, 1)
-        repeats: dict[bytes, int] | None = None
-        get = postings.get
-        for word in words:
-            records = get(word)
-            if records is None:
-                postings[word] = [record]
-            elif records[-1] is not record:
-                records.append(record)
-            elif repeats is None:  # this message's record is in the list already
-                repeats = {word: 2}
-            else:
-                repeats[word] = repeats.get(word, 1) + 1
-        if repeats is not None:  # the record in those words' lists carries how often
-            for word, tf in repeats.items():
-                postings[word][-1] = pack(index & _OFFSET_MASK, length, min(tf, _MAX_TF))
-    close_bucket()
+    first = 0
+    while first < len(texts):
+        number = texts[first][0] >> BUCKET_BITS
+        last = bisect_left(texts, (number + 1) << BUCKET_BITS, first, key=_index_of)
+        bucket = _gather_bucket(number, texts[first:last])
+        if bucket is not None:
+            gathered.append(bucket)
+        first = last
     return gathered
+
+
+_RECORDS = np.dtype([("offset", "<u2"), ("length", "<u2"), ("tf", "u1")])
+_DOC_END: Final = b"\x00"
+"""Ends each message's words in a bucket's word list: no term is this byte."""
+
+
+def _index_of(pair: tuple[int, str]) -> int:
+    return pair[0]
+
+
+def _folded(text: str) -> bytes:
+    """A text's terms as one string of bytes, split by ASCII white space: its ASCII
+    folded at once, else `term_bytes` joined (UTF-8 has no ASCII byte inside a letter)."""
+    if text.isascii():
+        return text.encode().translate(ASCII_FOLD)
+    return b" ".join(term_bytes(text))
+
+
+def _gather_bucket(number: int, texts: Sequence[tuple[int, str]]) -> Gathered | None:
+    """The postings of one bucket's texts, or None if none of them has a term."""
+    words = b" \x00 ".join([_folded(text) for _, text in texts]).split()
+    words.append(_DOC_END)
+    terms = list(dict.fromkeys(words))
+    number_of = dict(zip(terms, range(len(terms)), strict=True))
+    ids = np.fromiter(map(number_of.__getitem__, words), np.int64, len(words))
+    ends = ids == number_of[_DOC_END]
+    doc = np.cumsum(ends) - ends  # each word's message, by its place in `texts`
+    # words over the limit: of ASCII texts (term_bytes drops the others' by characters, and
+    # keeps words of up to so many characters, more bytes)
+    dropped = np.fromiter(map(len, terms), np.int64, len(terms)) > MAX_TERM_CHARS
+    for place in np.flatnonzero(dropped).tolist():
+        dropped[place] = terms[place].isascii()
+    dropped[number_of[_DOC_END]] = True
+    kept = ~dropped[ids]
+    ids, doc = ids[kept], doc[kept]
+    if not len(ids):
+        return None
+    lengths = np.minimum(np.bincount(doc, minlength=len(texts)), _MAX_LENGTH)
+    pairs, tf = np.unique((ids << BUCKET_BITS) | doc, return_counts=True)
+    term_ids, docs = pairs >> BUCKET_BITS, pairs & _OFFSET_MASK
+    records = np.empty(len(pairs), _RECORDS)
+    records["offset"] = np.fromiter(map(_index_of, texts), np.int64, len(texts))[docs] & (
+        _OFFSET_MASK
+    )
+    records["length"] = lengths[docs]
+    records["tf"] = np.minimum(tf, _MAX_TF)
+    data = records.tobytes()
+    starts = np.flatnonzero(np.r_[True, term_ids[1:] != term_ids[:-1]])
+    stops = np.r_[starts[1:], len(pairs)] * _POSTING.size
+    postings = {
+        terms[term]: data[start : stop]
+        for term, start, stop in zip(
+            term_ids[starts].tolist(), (starts * _POSTING.size).tolist(), stops.tolist(),
+            strict=True,
+        )
+    }
+    indexed = lengths > 0
+    return number, postings, int(indexed.sum()), int(lengths.sum())
 
 
 class StreamTexts(msgspec.Struct, array_like=True):

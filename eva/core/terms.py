@@ -36,7 +36,9 @@ def _ascii_table(*, fold_case: bool) -> bytes:
     return bytes(table)
 
 
-_ASCII_FOLD: Final = _ascii_table(fold_case=True)
+ASCII_FOLD: Final = _ascii_table(fold_case=True)
+"""Folds ASCII text for its terms: letters lower case, digits kept, every other byte a
+space (so `bytes.split` gives the words)."""
 _ASCII_SPLIT: Final = _ascii_table(fold_case=False)
 # A word over the limit is a run of that many non-spaces: with every
 # non-space byte made an "a", one substring search finds it.
@@ -71,7 +73,7 @@ def terms(text: str) -> list[str]:
 def term_bytes(text: str) -> list[bytes]:
     """The `terms` of `text` in UTF-8, as the index keys hold them."""
     if text.isascii():
-        spaced = text.encode().translate(_ASCII_FOLD)
+        spaced = text.encode().translate(ASCII_FOLD)
     else:
         folded = _NON_ASCII.sub(_fold_runs, unicodedata.normalize("NFKD", text.casefold()))
         if not folded.isascii():
