@@ -885,6 +885,48 @@ class TestLmdbStore(StoreContract):
         assert_replays(reopened)
         reopened.backend.close()
 
+    def test_an_index_keyed_by_term_first_is_keyed_by_bucket_once_opened(
+        self, tmp_path: Path
+    ) -> None:
+        path = tmp_path / "older"
+        backend = lmdb_kv.open_backend(path)
+        store = EventStore(backend)
+        messages = 3 * INDEX_CHUNK
+        store.append(A, [posted(i, f"word{i % 5} text x{i}") for i in range(messages)])
+
+        def found(store: EventStore, query: str) -> list[int]:
+            with store.backend.reading() as tables:
+                return sorted(index for index, _ in search(tables, A, query, 10_000).hits)
+
+        expected = {query: found(store, query) for query in ("word3", "x17 x400", "text")}
+        assert expected["word3"] and expected["x17 x400"] == [17, 400]
+        prefix = keys.stream_prefix(A)
+
+        def keyed_by_term_first(tables: Tables) -> None:
+            # the older layout: P + term + 0 + bucket, and no list of a term's buckets
+            rows = list(tables.scan("postings", prefix, keys.prefix_end(prefix)))
+            for key, value in rows:
+                tables.delete("postings", key)
+                kind = key[len(prefix) : len(prefix) + 1]
+                if kind == b"\x00":
+                    tables.put("postings", key, value)
+                elif kind == b"\x01":
+                    bucket, term = key[len(prefix) + 1 : len(prefix) + 5], key[len(prefix) + 5 :]
+                    tables.put("postings", prefix + term + b"\x00" + bucket, value)
+            tables.delete("layout", keys.POSTINGS_BY_BUCKET)
+
+        backend.write(keyed_by_term_first)
+        assert found(store, "word3") == []
+        backend.close()
+        reopened = EventStore(lmdb_kv.open_backend(path))
+        assert {query: found(reopened, query) for query in expected} == expected
+        with reopened.backend.reading() as tables:
+            rows = tables.scan("postings", prefix, keys.prefix_end(prefix))
+            kinds = {key[len(prefix) : len(prefix) + 1] for key, _ in rows}
+        assert kinds == {b"\x00", b"\x01", b"\x02"}
+        assert_replays(reopened)
+        reopened.backend.close()
+
     def test_first_key_steps_to_the_first_key_of_a_range(self, tmp_path: Path) -> None:
         backend = lmdb_kv.open_backend(tmp_path / "data")
 

@@ -3,7 +3,8 @@
 # The shell around eva.core.dce and eva.core.dce_stream: it reads the file a
 # block at a time, asks the store what it already holds, and appends the new
 # events a chunk of messages at a time, so that what it holds follows a chunk
-# and not the export. A file that cannot be read or parsed is a UserError, and
+# and not the export (an export of up to READ_ONCE_BYTES is held decoded
+# instead of being read twice). A file that cannot be read or parsed is a UserError, and
 # the data directory is only opened once the whole export is known to be good.
 # Each chunk is a transaction of its own that leaves the store consistent: an
 # import cut short keeps the chunks it stored, and the same import run again
@@ -58,6 +59,10 @@ GZIP_MAGIC = b"\x1f\x8b"
 READ_BLOCK = 1 << 20
 IMPORT_CHUNK = 8192
 """Messages whose events are stored in one transaction."""
+READ_ONCE_BYTES = 64 << 20
+"""An export whose messages take at most this much JSON is held decoded from the read that
+checks it, and read once (the shared sample, 28 MB, holds about 50 MB so); a longer one
+is read again, a chunk at a time."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,19 +135,23 @@ def run(args: argparse.Namespace) -> int:
 def import_file(data: Path, export_path: Path, *, quiet: bool = True) -> ImportReport:
     """Import one export file into the data directory `data` (created if needed).
 
-    The export is read twice, a chunk of messages at a time (eva.core.dce_stream):
-    once to check all of it, then to store it. One it cannot read so is read
-    whole (`import_bytes`), which says what is wrong with it.
+    The export is read a chunk of messages at a time (eva.core.dce_stream) to check
+    all of it before anything is stored; one of up to READ_ONCE_BYTES is stored from
+    what that read decoded, a longer one is read again to store it. One it cannot
+    read so is read whole (`import_bytes`), which says what is wrong with it.
     """
     started = time.perf_counter()
     named = Path("standard input") if str(export_path) == "-" else export_path
     with _export_source(export_path) as blocks:
         try:
-            outline = outline_export(blocks(), IMPORT_CHUNK)
+            outline = outline_export(blocks(), IMPORT_CHUNK, READ_ONCE_BYTES)
         except NotStreamable:
             raw = b"".join(blocks())
             return import_bytes(data, raw, named, quiet=quiet, started=started)
-        chunks = _read_again(export_chunks(blocks(), outline.chunks), named)
+        if outline.kept is not None:
+            chunks: Iterable[Sequence[Message]] = outline.kept
+        else:
+            chunks = _read_again(export_chunks(blocks(), outline.chunks), named)
         return _store(
             data, outline.head, outline.latest_ms, outline.messages, chunks, named, quiet, started
         )

@@ -12,7 +12,9 @@
 # counting that joint instead, and taken if it decodes as messages: text cut
 # inside a message never does (its brackets do not close), and what does not
 # is split by the splitter. `export_chunks` then reads the chunks
-# again at those places, with no splitting. Invariants:
+# again at those places, with no splitting, unless the outline kept them: an
+# export of at most `keep_bytes` of messages is held decoded from the first
+# read, and read once. Invariants:
 # - whatever the splitter cannot follow (malformed JSON, a message that does not
 #   decode, nesting deeper than it follows, two `messages` fields) raises
 #   `NotStreamable` and nothing else: the caller then parses the export whole
@@ -20,7 +22,8 @@
 # - an export the splitter follows gives exactly the messages and fields that
 #   `parse_export` gives for it: each message is decoded alone by msgspec, in
 #   order, and the other fields are decoded together as one object;
-# - the bytes held at a time are about one chunk and one block.
+# - the bytes held at a time are about one chunk and one block, besides the decoded
+#   messages of an export small enough to keep.
 from __future__ import annotations
 
 import re
@@ -75,21 +78,37 @@ class ExportOutline:
     chunks: tuple[tuple[int, int], ...]
     """Where each chunk's messages lie, as byte offsets (a BOM left out): the text of
     messages from the first's start to the last's end, commas between."""
+    kept: tuple[tuple[Message, ...], ...] | None = None
+    """Each chunk's messages, decoded, if the export's messages took at most the
+    `keep_bytes` asked for: then there is no need to read it again."""
 
 
-def outline_export(blocks: Iterable[bytes], chunk_messages: int = CHUNK_MESSAGES) -> ExportOutline:
+def outline_export(
+    blocks: Iterable[bytes], chunk_messages: int = CHUNK_MESSAGES, keep_bytes: int = 0
+) -> ExportOutline:
     """Check an export given as byte blocks, a chunk of messages at a time; NotStreamable
     if it cannot be followed so (then `parse_export` over the whole says why, if anything
-    is wrong)."""
+    is wrong). The decoded chunks are kept if their text takes at most `keep_bytes`."""
     reader = _Reader(blocks)
     head: list[bytes] = []
     chunks: list[tuple[int, int]] = []
+    kept: list[tuple[Message, ...]] | None = []
+    kept_bytes = 0
+
+    def keep(start: int, end: int, decoded: tuple[Message, ...]) -> None:
+        nonlocal kept, kept_bytes
+        kept_bytes += end - start
+        if kept is not None and kept_bytes <= keep_bytes:
+            kept.append(decoded)
+        else:
+            kept = None
+
     messages = 0
     latest: int | None = None
     position = reader.expect(reader.skip(0), b"{") + 1
     position = reader.skip(position)
     if reader.char(position) == b"}":
-        return ExportOutline(_decode_head(head), 0, None, ())
+        return ExportOutline(_decode_head(head), 0, None, (), ())
     listed = False
     while True:
         key = reader.match(_KEY, position)
@@ -121,6 +140,7 @@ def outline_export(blocks: Iterable[bytes], chunk_messages: int = CHUNK_MESSAGES
                             newest = max(utc_ms(m.timestamp) for m in decoded)
                             latest = newest if latest is None else max(latest, newest)
                             chunks.append((start, end))
+                            keep(start, end, decoded)
                             messages += len(decoded)
                             reader.forget_before(end)
                             start = position = end + len(joint) - 2  # the next `{`
@@ -136,6 +156,7 @@ def outline_export(blocks: Iterable[bytes], chunk_messages: int = CHUNK_MESSAGES
                         newest = max(utc_ms(m.timestamp) for m in decoded)
                         latest = newest if latest is None else max(latest, newest)
                         chunks.append((start, message.stop))
+                        keep(start, message.stop, decoded)
                         messages += count
                         reader.forget_before(message.stop)
                         start, count = -1, 0
@@ -159,7 +180,9 @@ def outline_export(blocks: Iterable[bytes], chunk_messages: int = CHUNK_MESSAGES
         position = reader.skip(position + 1)
     if not reader.ends_at(reader.skip(position + 1)):
         raise NotStreamable("text after the export")
-    return ExportOutline(_decode_head(head), messages, latest, tuple(chunks))
+    return ExportOutline(
+        _decode_head(head), messages, latest, tuple(chunks), None if kept is None else tuple(kept)
+    )
 
 
 def export_chunks(

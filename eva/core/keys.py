@@ -57,6 +57,10 @@ written before holds none."""
 AUTHORS_INDEXED: Final = b"authors_indexed"
 """The `layout` entry saying that the recall index holds each message's author name words
 (eva.core.projection.index_text); a data directory written before holds its text alone."""
+POSTINGS_BY_BUCKET: Final = b"postings_by_bucket"
+"""The `layout` entry saying that the recall index's keys start with their bucket, and
+that each term lists the buckets that hold it (eva.core.recall_index); a data directory
+written before holds keys that start with the term."""
 
 _U64 = struct.Struct(">Q")
 _PREFIX = struct.Struct(">QQ")

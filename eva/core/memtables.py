@@ -26,6 +26,11 @@ class MemoryTables:
     def put_many(self, table: Table, entries: Iterable[tuple[bytes, bytes]]) -> None:
         self.data[table].update(entries)
 
+    def put_absent(self, table: Table, entries: Iterable[tuple[bytes, bytes]]) -> None:
+        rows = self.data[table]
+        for key, value in entries:
+            rows.setdefault(key, value)
+
     def delete(self, table: Table, key: bytes) -> None:
         self.data[table].pop(key, None)
 
@@ -85,6 +90,11 @@ class OverlayTables:
 
     def put_many(self, table: Table, entries: Iterable[tuple[bytes, bytes]]) -> None:
         self._staged[table].update((key, bytes(value)) for key, value in entries)
+
+    def put_absent(self, table: Table, entries: Iterable[tuple[bytes, bytes]]) -> None:
+        for key, value in entries:
+            if self.get(table, key) is None:
+                self.put(table, key, value)
 
     def delete(self, table: Table, key: bytes) -> None:
         self._staged[table][key] = None

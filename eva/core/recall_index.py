@@ -4,14 +4,18 @@
 # Pure: it reads and writes through the `Tables` protocol; it knows no file,
 # clock or lock, and it does not know what a message is, only (index, text).
 # Layout, per stream (P = the stream's 16-byte prefix):
-#   P + term UTF-8 + b"\x00" + bucket (u32 BE)  ->  the bucket's postings
-#   P + b"\x00"                                 ->  the stream's totals
-# A bucket holds the messages `bucket * 4096 .. bucket * 4096 + 4095`. Its
-# value is one 5-byte record per message holding the term, sorted by index:
-# offset in the bucket (u16 LE), document length in terms (u16 LE, capped),
-# term frequency (u8, capped). The totals are the summed document length
-# (u64 BE) then the number of indexed messages per bucket (u32 BE each), up to
-# the last bucket that has one.
+#   P + b"\x00"                                      ->  the stream's totals
+#   P + b"\x01" + bucket (u32 BE) + term UTF-8       ->  the term's postings in the bucket
+#   P + b"\x02" + term UTF-8                         ->  nothing: some bucket holds the term
+# A bucket holds the messages `bucket * 4096 .. bucket * 4096 + 4095`. A
+# postings value is one 5-byte record per message holding the term, sorted by
+# index: offset in the bucket (u16 LE), document length in terms (u16 LE,
+# capped), term frequency (u8, capped). The totals are the summed document
+# length (u64 BE) then the number of indexed messages per bucket (u32 BE each),
+# up to the last bucket that has one. A bucket's postings sit together, so they
+# grow at the end of the table as messages come; the keys of the third kind,
+# with no value, are the terms the index holds, so the terms that begin so are
+# found in one range, and a term it does not hold costs one lookup.
 # Invariants: the bytes are a function of the set of indexed (index, text)
 # pairs alone, whatever order or batches they came in; a message with no terms
 # is not indexed; no key exists for a term no indexed message holds, so a
@@ -25,12 +29,13 @@ from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import TYPE_CHECKING, Final
 
 import msgspec
 import numpy as np
 
-from eva.core.keys import StreamId, Table, stream_prefix
+from eva.core.keys import StreamId, Table, prefix_end, stream_prefix
 from eva.core.terms import ASCII_FOLD, MAX_TERM_CHARS, term_bytes
 
 if TYPE_CHECKING:  # the projector imports this module
@@ -43,10 +48,11 @@ BUCKET_SIZE: Final = 1 << BUCKET_BITS
 _MAX_TF: Final = 0xFF
 _MAX_LENGTH: Final = 0xFFFF
 _OFFSET_MASK: Final = BUCKET_SIZE - 1
-_TERM_END: Final = b"\x00"
 # The most distinct terms `indexed_forms` looks at for one start.
 MAX_FORMS_WALKED: Final = 400
 _TOTALS_SUFFIX: Final = b"\x00"
+_IN_BUCKET: Final = b"\x01"
+_TERM_HELD: Final = b"\x02"
 _POSTING = struct.Struct("<HHB")  # offset, document length, term frequency
 POSTING_SIZE: Final = _POSTING.size
 _OFFSET = struct.Struct("<H")
@@ -316,32 +322,53 @@ def write_prepared(tables: Tables, streams: Iterable[PreparedStream]) -> None:
     for prepared in streams:
         prefix = stream_prefix(StreamId(prepared.guild_id, prepared.channel_id))
         totals = _Totals.read(tables, prefix)
+        gone: set[bytes] = set()  # terms a bucket no longer holds
         for bucket in prepared.buckets:
             if totals.indexed(bucket.number):
-                _write_bucket(tables, prefix, bucket)
+                gone |= _write_bucket(tables, prefix, bucket)
             else:
                 _write_new_bucket(tables, prefix, bucket)
             totals.change(bucket)
         totals.write(tables, prefix)
+        buckets = [number for number, count in enumerate(totals.per_bucket) if count]
+        for term in sorted(gone):
+            if not any(tables.get(POSTINGS, _bucket_head(prefix, n) + term) for n in buckets):
+                tables.delete(POSTINGS, _term_key(prefix, term))
+
+
+def _bucket_head(prefix: bytes, number: int) -> bytes:
+    """What the keys of a bucket's postings start with; the term follows."""
+    return prefix + _IN_BUCKET + _U32.pack(number)
+
+
+def _term_key(prefix: bytes, term: bytes) -> bytes:
+    """The key saying that the index holds `term`."""
+    return prefix + _TERM_HELD + term
 
 
 def _write_new_bucket(tables: Tables, prefix: bytes, bucket: PreparedBucket) -> None:
     """Write a bucket that has no indexed message yet, so none of its keys exists."""
-    suffix = _TERM_END + _U32.pack(bucket.number)
-    keys = [prefix + term + suffix for term in bucket.added]
-    tables.put_many(POSTINGS, zip(keys, bucket.added.values(), strict=True))
+    head = _bucket_head(prefix, bucket.number)
+    added = bucket.added
+    terms = sorted(added)
+    tables.put_many(POSTINGS, [(head + term, added[term]) for term in terms])
+    tables.put_absent(POSTINGS, [(_term_key(prefix, term), b"") for term in terms])
 
 
-def _write_bucket(tables: Tables, prefix: bytes, bucket: PreparedBucket) -> None:
-    """Apply one bucket's changes, reading and writing each of its keys once."""
-    suffix = _TERM_END + _U32.pack(bucket.number)
+def _write_bucket(tables: Tables, prefix: bytes, bucket: PreparedBucket) -> set[bytes]:
+    """Apply one bucket's changes, reading and writing each of its keys once; the terms
+    whose key in the bucket went."""
+    head = _bucket_head(prefix, bucket.number)
     get, put = tables.get, tables.put
     removed = bucket.removed
+    new: list[bytes] = []
+    gone: set[bytes] = set()
     for term, added in bucket.added.items():
-        key = prefix + term + suffix
+        key = head + term
         old = get(POSTINGS, key)
         if old is None:
             put(POSTINGS, key, added)
+            new.append(term)
         elif term not in removed and _OFFSET.unpack_from(added)[0] > _last_offset(old):
             # New messages after every stored one (the live case): the records
             # grow at the end, with the same bytes a full re-encoding gives.
@@ -350,24 +377,28 @@ def _write_bucket(tables: Tables, prefix: bytes, bucket: PreparedBucket) -> None
             _merge_postings(tables, key, old, added, removed.get(term, []))
     for term, offsets in removed.items():
         if term not in bucket.added:
-            key = prefix + term + suffix
+            key = head + term
             old = get(POSTINGS, key)
-            if old is not None:
-                _merge_postings(tables, key, old, b"", offsets)
+            if old is not None and not _merge_postings(tables, key, old, b"", offsets):
+                gone.add(term)
+    tables.put_absent(POSTINGS, [(_term_key(prefix, term), b"") for term in sorted(new)])
+    return gone
 
 
 def _merge_postings(
     tables: Tables, key: bytes, old: bytes, added: bytes, removed: Iterable[int]
-) -> None:
-    """Write the records of `old` but `removed` with `added` over them (or delete the key)."""
+) -> bool:
+    """Write the records of `old` but `removed` with `added` over them, or delete the key
+    when none is left; whether it is kept."""
     records = _records_by_offset(old)
     for offset in removed:
         records.pop(offset, None)
     records.update(_records_by_offset(added))
     if records:
         tables.put(POSTINGS, key, b"".join([records[offset] for offset in sorted(records)]))
-    else:
-        tables.delete(POSTINGS, key)
+        return True
+    tables.delete(POSTINGS, key)
+    return False
 
 
 def _last_offset(data: bytes) -> int:
@@ -414,11 +445,12 @@ def term_postings(
     tables: Tables, prefix: bytes, term: bytes, buckets: Iterable[int]
 ) -> tuple[list[tuple[int, bytes]], int]:
     """A term's postings in `buckets` (base index, records) and how many messages hold it."""
-    base = prefix + term + _TERM_END
+    if tables.get(POSTINGS, _term_key(prefix, term)) is None:
+        return [], 0
     found: list[tuple[int, bytes]] = []
     df = 0
     for bucket in buckets:
-        data = tables.get(POSTINGS, base + _U32.pack(bucket))
+        data = tables.get(POSTINGS, _bucket_head(prefix, bucket) + term)
         if data is not None:
             found.append((bucket << BUCKET_BITS, data))
             df += len(data) // _POSTING.size
@@ -428,23 +460,12 @@ def term_postings(
 def indexed_forms(
     tables: Tables, prefix: bytes, start: bytes, wanted: Callable[[bytes], bool]
 ) -> list[bytes]:
-    """The terms of a stream's index that begin with `start` and that `wanted` accepts.
-
-    Walks the distinct terms from `start` on, one key lookup each: a term's
-    keys (one per bucket) are stepped over at once.
-    """
-    found: list[bytes] = []
-    low = prefix + start
-    stop = prefix + start[:-1] + bytes((start[-1] + 1,))  # past every term starting so
-    for _ in range(MAX_FORMS_WALKED):
-        key = tables.first_key(POSTINGS, low, stop)
-        if key is None:
-            break
-        term = key[len(prefix) : key.index(_TERM_END, len(prefix))]
-        if wanted(term):
-            found.append(term)
-        low = prefix + term + b"\x01"  # past this term's buckets
-    return found
+    """The terms of a stream's index that begin with `start` and that `wanted` accepts,
+    of the first MAX_FORMS_WALKED that begin so."""
+    low = _term_key(prefix, start)
+    skip = len(low) - len(start)
+    walked = islice(tables.scan(POSTINGS, low, prefix_end(low)), MAX_FORMS_WALKED)
+    return [term for key, _ in walked if wanted(term := bytes(key[skip:]))]
 
 
 class OpenChunk:

@@ -21,6 +21,11 @@ class Tables(Protocol):
         """Put each (key, value), as `put` would one by one."""
         ...
 
+    def put_absent(self, table: Table, entries: Iterable[tuple[bytes, bytes]]) -> None:
+        """Put each (key, value) whose key the table does not hold yet; a key it holds keeps
+        its value, and its page is not written."""
+        ...
+
     def delete(self, table: Table, key: bytes) -> None: ...
 
     def holds_any(self, table: Table, keys: Iterable[bytes]) -> bool:

@@ -38,6 +38,7 @@ from eva.core.keys import (
     LAYOUT,
     LOGS_SEALED,
     MESSAGE_SLOTS_IN_BLOCKS,
+    POSTINGS_BY_BUCKET,
     Table,
     stream_first_discord_id_key,
 )
@@ -81,6 +82,9 @@ class LmdbTables:
 
     def put_many(self, table: Table, entries: Iterable[tuple[bytes, bytes]]) -> None:
         self._txn.cursor(db=self._dbs[table]).putmulti(entries)
+
+    def put_absent(self, table: Table, entries: Iterable[tuple[bytes, bytes]]) -> None:
+        self._txn.cursor(db=self._dbs[table]).putmulti(entries, overwrite=False)
 
     def delete(self, table: Table, key: bytes) -> None:
         self._txn.delete(key, db=self._dbs[table])
@@ -469,6 +473,7 @@ LAYOUT_STEPS: tuple[tuple[bytes, Callable[[Tables], None]], ...] = (
     (FORGOTTEN_IN_RECORDS, record_forgotten),
     (LOGS_SEALED, seal_all),
     (AUTHORS_INDEXED, index_again),
+    (POSTINGS_BY_BUCKET, index_again),
 )
 """How a data directory is brought to the layout used now, in order: each step under the
 `layout` entry that marks it taken."""

@@ -273,6 +273,10 @@ class _Rebuilding:
         if table != EVENTS:
             self._rebuilt.put_many(table, entries)
 
+    def put_absent(self, table: Table, entries: Iterable[tuple[bytes, bytes]]) -> None:
+        if table != EVENTS:
+            self._rebuilt.put_absent(table, entries)
+
     def delete(self, table: Table, key: bytes) -> None:
         if table != EVENTS:
             self._rebuilt.delete(table, key)
