@@ -9,7 +9,9 @@
 # the events the projections read back come from the live log. Then each
 # projection table is walked beside its rebuilt twin a chunk of rows at a
 # time, compared and digested as it goes (eva.core.digest's digests, the same
-# bytes). `repair_stream` writes a rebuild over the live projection tables that
+# bytes). A long stream's recall index is rebuilt and compared beside the
+# rest, in a child process (eva.store.replay_index), where a second core
+# lets it. `repair_stream` writes a rebuild over the live projection tables that
 # differ from it (after a projection's layout changed, or damage), in one write
 # that first checks the log still ends where the rebuild read it.
 from __future__ import annotations
@@ -18,7 +20,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from functools import partial
 from itertools import islice
@@ -35,16 +37,21 @@ from eva.core.events import decode_event
 from eva.core.keys import ALL_TABLES, CHAIN, DISCORD_IDS, EVENTS, PROJECTION_TABLES, StreamId, Table
 from eva.core.memtables import MemoryTables
 from eva.core.projection import Projector, Rejected, read_meta
+from eva.core.recall_index import POSTINGS, PostingBuffer
 from eva.core.replay import apply_stored, projection_rows, rebuild
 from eva.core.tables import Tables
 from eva.store.event_store import EventStore
-from eva.store.lmdb_kv import DATA_FILE, LmdbTables, release_mapping
+from eva.store.lmdb_kv import DATA_FILE, LmdbBackend, LmdbTables, release_mapping
+from eva.store.replay_index import IndexBeside, index_beside, may_fork_beside
 
 REBUILD_BATCH = 4096
 """Events applied to the scratch environment in one of its transactions."""
 MEMORY_REBUILD_EVENTS = 16384
 """A stream of fewer events is rebuilt in memory (a few MB at most), not in a scratch
 environment on disk."""
+INDEX_BESIDE_EVENTS = 16384
+"""A stream of at least this many events has its recall index rebuilt beside the rest, in
+a child process, when this process may use a second core."""
 COMPARE_CHUNK = 4096
 """Rows of a table compared and digested at a time."""
 RELEASE_BYTES = 4 << 20
@@ -80,18 +87,40 @@ def replay_stream(
     progress: Callable[[int], None] | None = None,
     *,
     check_seals: bool = True,
+    index_beside_from: int = INDEX_BESIDE_EVENTS,
 ) -> ReplayResult:
     """Rebuild one stream's projections from its events and compare with the live ones,
     checking the log's seals on the way (eva.core.chain) unless told not to.
 
-    A log that cannot be replayed (an event that does not decode, or one the
-    projections refuse) gives a result that says which event, never an error.
+    A stream of `index_beside_from` events or more has its recall index rebuilt in
+    a child process beside the rest (eva.store.replay_index), when the store is
+    LMDB and a second core is there; should the child fail, the stream is
+    replayed again in this process alone. A log that
+    cannot be replayed (an event that does not decode, or one the projections
+    refuse) gives a result that says which event, never an error.
     """
     meta = store.meta(stream)
     short = meta is None or meta.position < MEMORY_REBUILD_EVENTS
+    backend = store.backend
     try:
+        if (
+            meta is not None
+            and meta.position >= index_beside_from
+            and isinstance(backend, LmdbBackend)
+            and may_fork_beside()
+        ):
+            beside = partial(
+                index_beside, stream=stream, batches=-(-meta.position // REBUILD_BATCH),
+                scratch=_scratch, digest=_rebuilt_postings_digest,
+            )
+            with _in_memory() if short else _scratch() as scratch:
+                found = _replay(store, stream, scratch, progress, check_seals, beside)
+            if found is not None:
+                return found
         with _in_memory() if short else _scratch() as scratch:
-            return _replay(store, stream, scratch, progress, check_seals)
+            result = _replay(store, stream, scratch, progress, check_seals)
+        assert result is not None  # only the index beside can fail to answer
+        return result
     except (msgspec.DecodeError, msgspec.ValidationError, Rejected) as error:
         return _damaged(store, stream, error)
 
@@ -114,13 +143,20 @@ def _damaged(store: EventStore, stream: StreamId, error: Exception) -> ReplayRes
     return ReplayResult(stream, log.events, "", "", (), log, why)
 
 
+Beside = Callable[[], AbstractContextManager[IndexBeside]]
+"""Starts the child that rebuilds the recall index."""
+
+
 def _replay(
     store: EventStore,
     stream: StreamId,
     scratch: _Scratch | _MemoryScratch,
     progress: Callable[[int], None] | None,
     check_seals: bool,
-) -> ReplayResult:
+    beside: Beside | None = None,
+) -> ReplayResult | None:
+    """The replay of one stream into `scratch`, the recall index in a child that `beside`
+    starts if given; None if that child gave no answer."""
     prefix = keys.stream_prefix(stream)
     end = keys.prefix_end(prefix)
 
@@ -128,17 +164,22 @@ def _replay(
         store.backend.release_pages()
         scratch.release_pages()
 
-    with store.backend.reading() as live:
+    with (
+        store.backend.reading() as live,
+        nullcontext(None) if beside is None else beside() as index,
+    ):
         events = live.scan("events", prefix, end)
         checker = ChainChecker(stream, live.scan(CHAIN, prefix, end)) if check_seals else None
         stored = events if checker is None else checker.follow(events)
         lines: dict[bytes, bool] = {}
         for batch in _batches(stored, REBUILD_BATCH):
-            scratch.write(partial(_apply, live, stream, batch, lines))
+            scratch.write(partial(_apply, live, stream, batch, lines, index))
             if progress is not None:
                 progress(len(batch))
-            release()  # the batch's postings touch pages all over the index
+            release()
         log = None if checker is None else checker.finish()
+        if index is not None:
+            index.sent_all()
         with scratch.reading() as rebuilt:
             meta = read_meta(rebuilt, stream)
             digests = {
@@ -146,7 +187,14 @@ def _replay(
                     live, rebuilt, stream, table, release, scratch.count(table)
                 )
                 for table in PROJECTION_TABLES
+                if index is None or table != POSTINGS
             }
+        if index is not None:
+            live_postings = _live_digest(live, stream, POSTINGS, release)
+            made = index.answer()
+            if made is None:
+                return None
+            digests[POSTINGS] = (live_postings, made)
     live_digests: TableDigests = {table: pair[0] for table, pair in digests.items()}
     rebuilt_digests: TableDigests = {table: pair[1] for table, pair in digests.items()}
     return ReplayResult(
@@ -172,17 +220,41 @@ def _apply(
     stream: StreamId,
     batch: list[tuple[bytes, bytes]],
     lines: dict[bytes, bool],
+    index: IndexBeside | None,
     rebuilt: Tables,
 ) -> None:
-    """Apply a batch of stored events to the rebuild. `lines` holds whether the lines the
-    batch before looked up or wrote exist, and is given those of this batch (the halves
-    of a merge were mostly written just before it)."""
+    """Apply a batch of stored events to the rebuild, its recall index changes sent to
+    `index` if given. `lines` holds whether the lines the batch before looked up or wrote
+    exist, and is given those of this batch (the halves of a merge were mostly written
+    just before it)."""
     tables = _Rebuilding(live, rebuilt)
-    projector = Projector(tables, known_lines=lines)
+    postings = None if index is None else PostingBuffer()
+    projector = Projector(tables, postings, known_lines=lines)
     apply_stored(tables, projector, stream, batch)
     projector.flush()
+    if index is not None and postings is not None:
+        index.send(postings)
     lines.clear()
     lines.update(projector.lines_seen)
+
+
+def _rebuilt_postings_digest(
+    rebuilt: Tables, release: Callable[[], None], rebuilt_count: int
+) -> bytes:
+    """The digest of the recall index a scratch environment holds (in the child that
+    rebuilt it)."""
+    return _digest_of(rebuilt.scan(POSTINGS, *_ALL_KEYS), rebuilt_count, release)
+
+
+def _live_digest(
+    live: Tables, stream: StreamId, table: Table, release: Callable[[], None]
+) -> bytes:
+    """The digest of the stream's rows of a live table whose rows sit together (not
+    `discord_ids`), counted first."""
+    prefix = keys.stream_prefix(stream)
+    end = keys.prefix_end(prefix)
+    count = sum(1 for _ in live.scan(table, prefix, end))
+    return _digest_of(live.scan(table, prefix, end), count, release)
 
 
 def _table_digests(
@@ -478,6 +550,7 @@ def _repair_long(
     """`repair_stream` of a long stream: rebuilt into `scratch` and compared a chunk at a
     time (as `eva replay` does), then each differing table rewritten in pieces."""
     result = _replay(store, stream, scratch, progress, check_seals=False)
+    assert result is not None  # no index beside: the replay answers
     if not result.differing:
         return RepairResult(stream, result.events, ())
     prefix = keys.stream_prefix(stream)
