@@ -5,10 +5,12 @@ read in place) written out `--repeat` times into one export, each copy with
 its message ids and times shifted past the one before, so it reads as one
 long channel with real message lengths. Each step runs as its own `eva`
 process, as an operator would run it; its peak memory is that process's
-maximum resident size. (The export is written by a child process of its own:
-Linux counts in a child's maximum resident size what its parent held when it
-forked, so this process keeps small.) Beside it, sampled every 20 ms from /proc (Linux), the
-most it held of its own (anonymous) memory and of mapped file pages: the
+maximum resident size, or, where more, the most that it and its children
+(a replay's child rebuilding the recall index) held at once, summed. (The
+export is written by a child process of its own: Linux counts in a child's
+maximum resident size what its parent held when it forked, so this process
+keeps small.) Beside it, sampled every 20 ms from /proc (Linux), the most it
+held of its own (anonymous) memory and of mapped file pages: the
 latter are the data file's pages in the kernel's cache, which a read maps and
 the kernel takes back when it needs them. The last line printed is a JSON
 object.
@@ -108,8 +110,9 @@ def run_step(name: str, argv: list[str]) -> dict[str, float]:
     if status != 0:
         stderr = child.stderr.read().decode() if child.stderr else ""
         raise SystemExit(f"eva {name} failed: {stderr.strip()[-2000:]}")
-    peak_mb = usage.ru_maxrss / 1024  # kilobytes on Linux
     anon_mb, file_mb = sampled["RssAnon"] / 1024, sampled["RssFile"] / 1024
+    # kilobytes on Linux; a step with a child counts both, as sampled
+    peak_mb = max(usage.ru_maxrss / 1024, anon_mb + file_mb)
     print(
         f"{name:<7} {seconds:7.1f} s  peak {peak_mb:7.0f} MB  "
         f"(own {anon_mb:5.0f} MB, mapped file {file_mb:5.0f} MB)",
@@ -124,16 +127,31 @@ def run_step(name: str, argv: list[str]) -> dict[str, float]:
 
 
 def _sample(pid: int, peaks: dict[str, int], done: threading.Event) -> None:
-    """The highest RssAnon and RssFile (kB) of process `pid` until `done`."""
+    """The highest RssAnon and RssFile (kB) of process `pid` and the children it has then
+    (a replay's child rebuilding the recall index), summed, until `done`."""
     while not done.wait(0.02):
+        now = dict.fromkeys(peaks, 0)
         try:
-            with open(f"/proc/{pid}/status") as status:
-                for line in status:
-                    field, _, value = line.partition(":")
-                    if field in peaks:
-                        peaks[field] = max(peaks[field], int(value.split()[0]))
+            for member in [pid, *_children(pid)]:
+                with open(f"/proc/{member}/status") as status:
+                    for line in status:
+                        field, _, value = line.partition(":")
+                        if field in now:
+                            now[field] += int(value.split()[0])
+        except FileNotFoundError:  # a child just ended: the next sample counts again
+            continue
         except (OSError, ValueError):  # gone, or not Linux
             return
+        for field, value in now.items():
+            peaks[field] = max(peaks[field], value)
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as listed:
+            return [int(child) for child in listed.read().split()]
+    except (OSError, ValueError):
+        return []
 
 
 def main() -> int:
