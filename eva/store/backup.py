@@ -19,7 +19,8 @@ from pathlib import Path
 
 from eva.core.keys import StreamId, parse_stream
 from eva.store.event_store import EventStore
-from eva.store.lmdb_kv import LmdbBackend
+from eva.store.lmdb_kv import LMDB_LOCK_FILE, LmdbBackend
+from eva.store.private import private_dir, private_files, write_private
 from eva.store.replay import replay_stream
 
 MANIFEST = "backup.json"
@@ -84,13 +85,13 @@ def take_backup(store: EventStore, source: Path, target: Path) -> Backup:
             "taken_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "streams": {str(s): list(value) for s, value in sorted(digests.items())},
         }
-        _write_durably(partial / MANIFEST, json.dumps(manifest, indent=1))
+        write_private(partial / MANIFEST, json.dumps(manifest, indent=1))
     except BaseException:
         # A copy cut short holds everyone's words where no forget looks: never left behind
         # (one killed outright is removed by the next backup to the same place).
         shutil.rmtree(partial, ignore_errors=True)
         raise
-    (partial / "lock.mdb").unlink(missing_ok=True)
+    (partial / LMDB_LOCK_FILE).unlink(missing_ok=True)
     os.replace(partial, target)
     return Backup(target, len(digests), size, time.perf_counter() - started)
 
@@ -136,9 +137,10 @@ def forgotten_since(
 def stage(backup: Path, staging: Path) -> None:
     """Copy a backup's data file into `staging` (a new folder), synced."""
     shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
+    private_dir(staging, exist_ok=False)
     try:
         shutil.copyfile(backup / "data.mdb", staging / "data.mdb")
+        private_files(staging / "data.mdb")
         with open(staging / "data.mdb", "rb") as handle:
             os.fsync(handle.fileno())
     except OSError as error:  # the copy's side failed (a full disk) or the backup's
@@ -148,9 +150,3 @@ def stage(backup: Path, staging: Path) -> None:
             "is that disk full? Nothing was changed"
         ) from error
 
-
-def _write_durably(path: Path, text: str) -> None:
-    with open(path, "w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())

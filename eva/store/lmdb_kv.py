@@ -46,12 +46,15 @@ from eva.core.projection import index_again
 from eva.core.slots import hold_open_slots
 from eva.core.tables import Tables
 from eva.store.kv import COPY_BYTES
+from eva.store.private import private_dir, private_files
 from eva.store.writer_lock import take_writer_lock
 
 T = TypeVar("T")
 
 INITIAL_MAP_BYTES = 64 * 1024 * 1024
 DATA_FILE = "data.mdb"
+LMDB_LOCK_FILE = "lock.mdb"
+"""LMDB's lock file, beside the data file."""
 COMPACT_DIR = "compacting"
 COPY_CHUNK = 65536
 GATE_POLL_S = 0.0005
@@ -208,7 +211,7 @@ class LmdbBackend:
         self.readonly = readonly
         self.path = path
         if not readonly:
-            path.mkdir(parents=True, exist_ok=True)
+            private_dir(path)
         self._writer_lock: int | None = None
         self._write_lock = threading.Lock()
         self.gate = _Gate()
@@ -236,6 +239,8 @@ class LmdbBackend:
         except lmdb.Error as error:  # LMDB says what the file system said, without a type
             raise _typed(error, path) from error
         self.stale_readers_cleared = 0 if self.readonly else int(self.env.reader_check())
+        if not self.readonly:
+            private_files(path / DATA_FILE, path / LMDB_LOCK_FILE)
         try:
             self.dbs: dict[Table, Any] = {
                 table: self.env.open_db(table.encode(), create=not self.readonly)
@@ -336,7 +341,7 @@ class LmdbBackend:
             before = _file_bytes(self.path)
             target = self.path / COMPACT_DIR
             shutil.rmtree(target, ignore_errors=True)
-            target.mkdir()
+            private_dir(target, exist_ok=False)
             try:
                 _copy_live(self.env, self.dbs, target, self.map_bytes())
             except BaseException:
@@ -349,7 +354,7 @@ class LmdbBackend:
         """Write a compacting copy of the environment as one snapshot into the new directory
         `target` (its data file synced), while writers go on; return its size. Like
         `compact`'s copy, it holds live entries only: no freed page of erased words."""
-        target.mkdir(parents=True)
+        private_dir(target, exist_ok=False)
         _copy_live(self.env, self.dbs, target, self.map_bytes())
         _fsync_file(target / DATA_FILE)
         return _file_bytes(target)
@@ -505,6 +510,7 @@ def _copy_into(source: Any, dbs: dict[Table, Any], target: Path, map_bytes: int)
         lock=False,
         readahead=False,
     )
+    private_files(target / DATA_FILE)
 
     def release() -> None:
         release_mapping(Path(source.path()) / DATA_FILE)

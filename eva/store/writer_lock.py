@@ -30,7 +30,7 @@ class WriterBusy(Exception):
 def take_writer_lock(directory: Path) -> int:
     """Take the directory's writer lock; return its file descriptor (close it to let go).
     Raises WriterBusy naming the holder's pid."""
-    descriptor = os.open(directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    descriptor = os.open(directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
