@@ -1,9 +1,10 @@
 """Kill every writing command with SIGKILL at random points, and check what each leaves.
 
-For each command (import, build, forget, replay --repair, serve-local, and the bot
-under the fake Discord) the suite makes the data directory the command starts from,
-runs the command once to the end for reference and to learn how long it takes, then
-runs it again and again on fresh copies, each killed after a random part of that time.
+For each command (import, build, forget, replay --repair, serve-local, the bot under
+the fake Discord, and the bot killed while people delete messages) the suite makes
+the data directory the command starts from, runs the command once to the end for
+reference and to learn how long it takes, then runs it again and again on fresh
+copies, each killed after a random part of that time.
 After each kill it does what an operator would (runs the command again, or for a
 forget any command that writes, or restarts the bot) and checks:
 
@@ -14,7 +15,9 @@ forget any command that writes, or restarts the bot) and checks:
   Discord delivered to the bot, a forget whose "forget recorded" was printed (its
   person's words are then gone from every file once anything wrote again);
 - the end state equals the uninterrupted run's: every message with its author and
-  text, and the published row's lines.
+  text, and the published row's lines;
+- a message the log says was deleted leaves no word in any file once the bot is
+  started again, though the kill came long before its purge was due.
 
     python scripts/crash_suite.py [--runs 200] [--seed 1] [--only import,build,...]
 
@@ -58,7 +61,10 @@ SMALL = (
     "[memory]\ncompress_at_bytes = 8192\ntail_keep_bytes = 2048\n"
     "row_high_bytes = 8192\nrow_low_bytes = 4096\nquiet_ms = 200\n"
 )
-SHARES = {"import": 40, "build": 35, "forget": 35, "repair": 30, "serve-local": 40, "bot": 20}
+SHARES = {
+    "import": 40, "build": 35, "forget": 35, "repair": 30, "serve-local": 40, "bot": 20,
+    "delete": 15,
+}
 COMMAND_TIMEOUT_S = 120
 
 
@@ -419,6 +425,81 @@ def bot_run(data: Path, run: int, rng: random.Random) -> tuple[list[str], Stream
     return posted, stream, None
 
 
+def suite_delete(world: World, runs: int, rng: random.Random) -> Outcome:
+    """Kill the bot while people delete messages, long before its purge is due; once it
+    is started again, no file holds the words of a message the log says was deleted."""
+    outcome = Outcome()
+    for run in range(runs):
+        data = fresh(None, world.root / f"delete-{run}")
+        deleted, stream, problem = delete_run(data, run, rng)
+        outcome.runs += 1
+        outcome.killed += 1
+        outcome.acknowledged += len(deleted)
+        found = [] if problem is None else [problem]
+        if data.exists():
+            found.extend(soundness(data))
+            # a deletion the kill came before never reached the log: its text stays
+            kept = {text for text, erased in stored_texts(data, stream) if not erased}
+            blob = b"".join(p.read_bytes() for p in data.rglob("*") if p.is_file())
+            left = [text for text in deleted if text not in kept and text.encode() in blob]
+            if left:
+                found.append(f"{len(left)} deleted texts still in the files, e.g. {left[0]!r}")
+        outcome.problems.extend(f"delete run {run}: {p}" for p in found)
+        shutil.rmtree(data, ignore_errors=True)
+    return outcome
+
+
+def delete_run(
+    data: Path, run: int, rng: random.Random
+) -> tuple[list[str], StreamId, str | None]:
+    """One run: messages posted and some deleted, the bot killed, started again and given
+    time to purge; the texts deleted in Discord, the channel, and what went wrong."""
+    from eva.testing.fake_discord import FakeDiscord
+
+    fake = FakeDiscord()
+    alice = fake.add_user("alice")
+    guild = fake.add_guild("komodo")
+    stream = StreamId(guild.id, guild.general.id)
+    deleted: list[str] = []
+    with fake.serve():
+        child = start_bot(fake, data, 0)
+        try:
+            sent = []
+            for i in range(20):
+                text = f"secret {i} of delete run {run} zq{rng.randrange(10**9)}"
+                sent.append((fake.post_message(guild.id, guild.general.id, alice, text), text))
+            time.sleep(1.0)
+            kill_at = rng.randrange(0, 10)
+            for i, (message, text) in enumerate(sent[:10]):
+                if i == kill_at:
+                    break
+                fake.delete_message(message)
+                deleted.append(text)
+                time.sleep(rng.uniform(0.0, 0.1))
+            time.sleep(rng.uniform(0.0, 0.5))
+            child.send_signal(signal.SIGKILL)
+            child.wait()
+            child = start_bot(fake, data, fake.identifies())
+            deadline = time.monotonic() + 30
+            while True:  # until every deletion stored is purged (or time is up)
+                with opened(data) as store:
+                    meta = store.meta(stream)
+                    if meta is None or meta.unpurged == 0:
+                        break
+                if time.monotonic() > deadline:
+                    return deleted, stream, "the restarted bot did not purge in 30 s"
+                time.sleep(0.2)
+            child.send_signal(signal.SIGTERM)
+            child.wait(30)
+        except (RuntimeError, subprocess.TimeoutExpired) as error:
+            return deleted, stream, str(error)
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+    return deleted, stream, None
+
+
 def start_bot(fake: Any, data: Path, identified: int) -> subprocess.Popen[bytes]:
     """`eva run` against the fake Discord, once it identified on the gateway."""
     child = subprocess.Popen(
@@ -492,6 +573,8 @@ def run_suite(runs: int, seed: int, only: list[str], root: Path) -> dict[str, Ou
             outcome = suite_forget(world, count, rng)
         elif name == "serve-local":
             outcome = suite_serve_local(world, count, rng)
+        elif name == "delete":
+            outcome = suite_delete(world, count, rng)
         else:
             outcome = suite_bot(world, count, rng)
         outcome.seconds = round(time.perf_counter() - started, 1)

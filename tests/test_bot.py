@@ -326,6 +326,30 @@ async def test_edits_are_recorded_and_deletes_become_erased_slots(
             assert b"swordfish" not in raw and b"monday" not in raw
 
 
+async def test_a_message_deleted_just_before_a_stop_leaves_the_files_at_the_next_start(
+    fake: FakeDiscord, tmp_path: Path
+) -> None:
+    guild, alice, bob, _eva = world(fake)
+    general = guild.general
+    stream = StreamId(guild.id, general.id)
+    data = tmp_path / "data"
+    live = LiveSettings(purge_delay_seconds=3600)  # the stop comes long before the purge
+    async with eva_running(fake, data, live=live):
+        secret = fake.post_message(guild.id, general.id, bob, "my bank PIN is 9081")
+        fake.post_message(guild.id, general.id, alice, "kept")
+        store = store_of(data)
+        await until(lambda: len(contents(store, stream)) == 2)
+        fake.delete_message(secret)
+        await until(lambda: texts(store, stream) == ["kept"])
+    assert any(b"9081" in path.read_bytes() for path in data.iterdir() if path.is_file())
+    async with eva_running(fake, data, live=live) as eva:
+        scan = await until(lambda: eva.supervisor.last_scan)
+    assert scan.hits == 0
+    for path in data.iterdir():
+        if path.is_file():
+            assert b"9081" not in path.read_bytes()
+
+
 async def test_message_events_keep_discords_order_and_a_malformed_one_is_left_out(
     fake: FakeDiscord, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

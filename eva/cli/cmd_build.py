@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import trio
 
-from eva.cli.cmd_forget import finish_left_forgets
+from eva.cli.cmd_forget import finish_left_forgets, finish_left_purges
 from eva.cli.common import (
     Progress,
     UserError,
@@ -144,6 +144,7 @@ def run(args: argparse.Namespace) -> int:
     settings = load_settings(args.settings)
     store = open_store(args.data, write=True)
     finish_left_forgets(store, args.data, settings)
+    finish_left_purges(store, args.data)
     if args.channel:
         streams = [find_stream(store, args.channel)]
     else:
@@ -165,6 +166,7 @@ def run(args: argparse.Namespace) -> int:
         return results
 
     results = trio.run(build_all)
+    finish_left_purges(store, args.data)  # those whose lines this build made again
     if args.json:
         print_json({"channels": results})
         return 0

@@ -35,8 +35,9 @@ from eva.memory.forget import (
     pending_forgets,
     request_everywhere,
 )
-from eva.store.erasure import scan_files
+from eva.store.erasure import prove_erased, purge_ready, scan_files, unpurged
 from eva.store.event_store import Appended, EventStore
+from eva.store.lmdb_kv import LmdbBackend
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -130,6 +131,7 @@ def run_forget(args: argparse.Namespace) -> int:
     try:
         # older pending forgets first; the one asked for below, with the channels asked for
         reports = finish_pending(store, args.data, settings, but=asked)
+        finish_left_purges(store, args.data)
         if asked is not None:
             reports.append(_run(store, args.data, asked, streams, args.by, settings))
     except ErasureFailed as failure:
@@ -161,6 +163,33 @@ def finish_left_forgets(store: EventStore, data: Path, settings: MemorySettings)
     except ErasureFailed as failure:
         raise UserError(f"ERASURE FAILED: {failure}") from None
     return len(pending)
+
+
+def finish_left_purges(store: EventStore, data: Path) -> int:
+    """Take out of the log the texts deleted or edited away that a stop left there (the
+    bot purges them a while after they go), then compact the file and look for them, before
+    a command writes anything else; says so on standard error. A channel whose lines are
+    still to be made again waits for `eva build` or the bot. Returns the channels purged."""
+    if not unpurged(store):
+        return 0
+    done = purge_ready(store)
+    if not done.purged:
+        return 0
+    print(
+        f"eva: taking texts deleted or edited away out of {done.purged} channel(s) first",
+        file=sys.stderr,
+        flush=True,
+    )
+    backend = store.backend
+    if isinstance(backend, LmdbBackend):
+        backend.compact()
+    scan = prove_erased(store, data, done.texts)
+    if scan.hits:
+        raise UserError(
+            f"ERASURE FAILED: {scan.texts_found} texts deleted or edited away are still in "
+            + ", ".join(scan.files_found)
+        )
+    return done.purged
 
 
 def finish_pending(

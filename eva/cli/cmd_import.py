@@ -27,7 +27,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from eva.cli.cmd_forget import finish_left_forgets
+from eva.cli.cmd_forget import finish_left_forgets, finish_left_purges
 from eva.cli.common import (
     Progress,
     UserError,
@@ -124,6 +124,7 @@ def run(args: argparse.Namespace) -> int:
     if (args.data / "data.mdb").exists():
         store = open_store(args.data, write=True)
         finish_left_forgets(store, args.data, load_settings(args.settings))
+        finish_left_purges(store, args.data)
     report = import_file(args.data, args.export, quiet=args.quiet)
     if args.json:
         print_json(report.to_json(), sys.stdout)  # looked up now: capture may swap it

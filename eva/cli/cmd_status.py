@@ -48,6 +48,8 @@ class ChannelStatus:
     last_publish_reason: str | None
     forgets_pending: int = 0
     """Forgets recorded here and not finished yet (a crash cut them short)."""
+    purges_pending: int = 0
+    """Deletions and edits whose old words the log still holds (StreamMeta.unpurged)."""
 
     def to_json(self) -> dict[str, Any]:
         value = asdict(self)
@@ -109,6 +111,7 @@ def channel_status(store: EventStore, meta: StreamMeta, settings: MemorySettings
         last_publish_ms=published.at_ms if published else None,
         last_publish_reason=published.reason if published else None,
         forgets_pending=len(meta.forgetting),
+        purges_pending=meta.unpurged,
     )
 
 
@@ -334,6 +337,15 @@ def run(args: argparse.Namespace) -> int:
                 f"({', '.join(c.channel for c in pending[:5])}"
                 f"{', ...' if len(pending) > 5 else ''}): the next command that writes to this "
                 "directory finishes it (eva forget --resume, import, build, serve-local, run)"
+            )
+        unpurged = [c for c in channels if c.purges_pending]
+        if unpurged:
+            print(
+                f"texts deleted or edited away still in the log of {len(unpurged)} channel(s) "
+                f"({', '.join(f'{c.channel}: {c.purges_pending}' for c in unpurged[:5])}"
+                f"{', ...' if len(unpurged) > 5 else ''}): the bot takes them out a while "
+                "after they go, or the next command that writes (import, build, forget, "
+                "serve-local, run) at once"
             )
         if spends:
             print(spend_table(spends))

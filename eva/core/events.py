@@ -192,7 +192,9 @@ class MessagesErased(Event, frozen=True, tag="messages.erased"):
 class LogRewritten(Event, frozen=True, tag="log.rewritten"):
     """Stored events rewritten without words that no projection uses any more (a forgotten
     person's messages, deleted and edited texts, lines made again), and the log sealed
-    again (eva.core.chain) from the first of them to this record, in one transaction."""
+    again (eva.core.chain) from the first of them to this record, in one transaction.
+    No positions: a purge found no such words left (the deletions and edits before it
+    are purged all the same)."""
 
     at_ms: int
     positions: tuple[int, ...]

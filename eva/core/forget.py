@@ -21,6 +21,8 @@ from eva.core.events import (
     AnyEvent,
     ForgetRequested,
     LineWritten,
+    LogRewritten,
+    MessageDeleted,
     MessageEdited,
     MessagePosted,
     decode_event,
@@ -156,8 +158,9 @@ def _event(tables: Tables, stream: StreamId, seq: int) -> AnyEvent:
     return decode_event(data)
 
 
-def purge_plan(tables: Tables, stream: StreamId) -> Iterator[tuple[int, AnyEvent]]:
-    """The stored events that still hold words no projection uses, each without them.
+def purge_plan(tables: Tables, stream: StreamId) -> Iterator[tuple[int, AnyEvent, AnyEvent]]:
+    """The stored events that still hold words no projection uses: (position, the event,
+    the event without them).
 
     That is: the texts of erased messages, old texts of edited messages, and
     superseded lines (lines made again after a forget, a deletion or an edit).
@@ -171,7 +174,41 @@ def purge_plan(tables: Tables, stream: StreamId) -> Iterator[tuple[int, AnyEvent
         seq = keys.seq_of(key)
         cleaned = _cleaned(tables, stream, meta, seq, event)
         if cleaned is not None:
-            yield seq, cleaned
+            yield seq, event, cleaned
+
+
+def count_unpurged(tables: Tables) -> None:
+    """Count in each stream's record the deletions and edits since its log was last
+    rewritten (StreamMeta.unpurged), as the projection counts them: for a data directory
+    written before the record kept that count."""
+    for key, data in list(tables.scan("streams", b"", b"\xff" * 17)):
+        meta = decode_meta(data)
+        stream = keys.stream_of(key)
+        prefix = keys.stream_prefix(stream)
+        count = 0
+        for _, stored in tables.scan("events", prefix, keys.prefix_end(prefix)):
+            match decode_event(stored):
+                case MessageDeleted() | MessageEdited():
+                    count += 1
+                case LogRewritten():
+                    count = 0
+                case _:
+                    pass
+        if count != meta.unpurged:
+            meta.unpurged = count
+            tables.put("streams", key, encode_record(meta))
+
+
+def purged_texts(before: AnyEvent, after: AnyEvent) -> list[str]:
+    """The message texts a purge takes out of an event (what a file scan then looks for):
+    a deleted or edited-away message's words and attachment names; none of a line's."""
+    if not isinstance(before, MessagePosted | MessageEdited) or not isinstance(
+        after, MessagePosted | MessageEdited
+    ):
+        return []
+    if (before.content, before.attachments) == (after.content, after.attachments):
+        return []
+    return [text for text in (before.content, *before.attachments) if text]
 
 
 def _cleaned(

@@ -57,6 +57,10 @@ written before holds none."""
 AUTHORS_INDEXED: Final = b"authors_indexed"
 """The `layout` entry saying that the recall index holds each message's author name words
 (eva.core.projection.index_text); a data directory written before holds its text alone."""
+UNPURGED_COUNTED: Final = b"unpurged_counted"
+"""The `layout` entry saying that each stream's record counts the deletions and edits its
+log has not been purged of (StreamMeta.unpurged); a data directory written before holds
+records without that count."""
 POSTINGS_BY_BUCKET: Final = b"postings_by_bucket"
 """The `layout` entry saying that the recall index's keys start with their bucket, and
 that each term lists the buckets that hold it (eva.core.recall_index); a data directory

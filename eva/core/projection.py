@@ -176,7 +176,9 @@ class Projector:
                 if event.month != meta.reply_month:
                     meta.reply_month, meta.replies = event.month, 0
                 meta.replies += 1
-            case ToolCalled() | LogRewritten() | ErasureUnproven():
+            case LogRewritten():
+                meta.unpurged = 0
+            case ToolCalled() | ErasureUnproven():
                 pass
             case _:
                 assert_never(event)
@@ -349,11 +351,13 @@ class Projector:
         slot.size = size
         put_slot(self._tables, stream, meta, event.index, slot)
         self._mark_stale(stream, meta, event.index)
+        meta.unpurged += 1
 
     def _deleted(self, stream: StreamId, meta: StreamMeta, event: MessageDeleted) -> None:
         slot = self._slot(stream, meta, event.index, event.message_id)
         if not slot.deleted:
             self._erase(stream, meta, event.index, slot)
+        meta.unpurged += 1
 
     def _erased(self, stream: StreamId, meta: StreamMeta, event: MessagesErased) -> None:
         for index in event.indexes:

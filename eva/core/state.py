@@ -49,6 +49,10 @@ class StreamMeta(msgspec.Struct, array_like=True, gc=False):
     # never comes back (an import, a restored export, a backfill); what they write after
     # it is theirs again.
     forgotten: dict[str, int] = msgspec.field(default_factory=dict)
+    # message.deleted and message.edited events since the log was last rewritten without
+    # the words they took away (log.rewritten): while any, those words may still be in
+    # the log, and a purge is owed.
+    unpurged: int = 0
 
 
 class LineSlot(msgspec.Struct, array_like=True, gc=False):

@@ -137,13 +137,12 @@ class ChannelInputs(Reads):
             ]
         )
         self.tail.forget()
-        self.shared.purge_later(self.stream, [message.content, *message.attachments])
+        self.shared.purge_later(self.stream)
         self._maybe_compress()
         return True
 
     async def _delete(self, delete: Delete) -> int:
         events: list[AnyEvent] = []
-        texts: list[str] = []
         for message_id in dict.fromkeys(delete.message_ids):
             index = self.shared.store.index_of(self.stream, message_id)
             if index is None:
@@ -152,12 +151,11 @@ class ChannelInputs(Reads):
             if message is not None and not message.deleted:
                 deleted = MessageDeleted(at_ms=delete.at_ms, index=index, message_id=message_id)
                 events.append(deleted)
-                texts.extend([message.content, *message.attachments])
         if events:
             self.unleafed.clear()  # before the deletions land, as for an edit
             await self._write(events)
             self.tail.forget()
-            self.shared.purge_later(self.stream, texts)
+            self.shared.purge_later(self.stream)
             self._maybe_compress()
         return len(events)
 

@@ -47,7 +47,7 @@ class Shared:
     tasks_done: int = 0
     runs_failed: int = 0
     crashes: int = 0
-    purge_later: Callable[[StreamId, list[str]], None] = lambda stream, texts: None
+    purge_later: Callable[[StreamId], None] = lambda stream: None
     start_loop: Callable[[StreamId], None] = lambda stream: None  # an actor's, not begun yet
     turns: Turns = field(default_factory=Turns)  # the channels' compression steps, in turn
 

@@ -42,7 +42,7 @@ from eva.memory.forget import (
     holding_words,
     pending_forgets,
 )
-from eva.store.erasure import ScanReport, prove_erased, purge_stream
+from eva.store.erasure import ScanReport, prove_erased, purge_ready, unpurged
 from eva.store.event_store import EventStore
 from eva.store.lmdb_kv import LmdbBackend
 
@@ -97,7 +97,6 @@ class Supervisor:
         self._delaying = False
         self._woken = 0
         self._slept = 0
-        self._purge_texts: dict[StreamId, list[str]] = {}
         self._purge_wanted = trio.Event()
         self.last_scan: ScanReport | None = None
         shared.purge_later = self._purge_later
@@ -330,12 +329,13 @@ class Supervisor:
             report,
         )
 
-    def _purge_later(self, stream: StreamId, texts: list[str]) -> None:
-        self._purge_texts.setdefault(stream, []).extend(texts)
+    def _purge_later(self, stream: StreamId) -> None:
         self._purge_wanted.set()
 
     async def run_purges(self) -> None:
-        """Remove deleted and edited texts from the data file a while after they go."""
+        """Remove deleted and edited texts from the data file a while after they go; those
+        a stop left in the log (StreamMeta.unpurged), at once."""
+        await self.purge_now()
         while True:
             await self._purge_wanted.wait()
             await trio.sleep(self.shared.live.purge_delay_seconds)
@@ -348,26 +348,21 @@ class Supervisor:
         Streams whose lines are still being made again wait for the next round.
         """
         store = self.shared.store
-        ready = {
-            stream: texts
-            for stream, texts in self._purge_texts.items()
-            if (meta := store.meta(stream)) is not None and meta.stale == 0
-        }
-        if not ready:
-            if self._purge_texts:
-                self._purge_wanted.set()
+        if not unpurged(store):
             return None
-        for stream in ready:
-            del self._purge_texts[stream]
         async with self.shared.writer.paused():
-            for stream in ready:
-                purge_stream(store, stream)
+            done = purge_ready(store)
             backend = store.backend
-            if isinstance(backend, LmdbBackend):
+            if isinstance(backend, LmdbBackend) and done.purged:
                 backend.compact()
+        if done.waiting:
+            self._purge_wanted.set()
+        if not done.purged:
+            return None
+        texts = done.texts
         if self._data_dir is None:
             return None
-        scan = prove_erased(store, self._data_dir, [t for ts in ready.values() for t in ts])
+        scan = prove_erased(store, self._data_dir, texts)
         self.last_scan = scan
         if scan.hits:
             log.error(

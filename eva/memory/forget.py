@@ -194,7 +194,7 @@ async def finish_forget(
     streams = [e.stream for e in erased]
     async with pause():
         for stream in streams:
-            report.events_rewritten += purge_stream(store, stream)
+            report.events_rewritten += purge_stream(store, stream).rewritten
         report.purge_s = time.perf_counter() - started
         started = time.perf_counter()
         backend = store.backend

@@ -19,27 +19,80 @@ import ahocorasick
 from eva.core import keys
 from eva.core.chain import seal_from
 from eva.core.events import AnyEvent, LogRewritten, encode_event
-from eva.core.forget import join_corpus, joined_from, pieces, proof_texts, purge_plan
+from eva.core.forget import (
+    join_corpus,
+    joined_from,
+    pieces,
+    proof_texts,
+    purge_plan,
+    purged_texts,
+)
 from eva.core.keys import StreamId
-from eva.core.projection import Projector, indexed_text
+from eva.core.projection import Projector, indexed_text, read_meta
+from eva.core.state import StreamMeta
 from eva.core.tables import Tables
 from eva.core.terms import terms
 from eva.store.event_store import Batch, EventStore, read_messages, write_batch
 
 
-def purge_stream(store: EventStore, stream: StreamId, now_ms: int | None = None) -> int:
-    """Rewrite every event of the stream that holds words no projection uses; return how many.
+@dataclass(frozen=True, slots=True)
+class Purged:
+    """What a purge of one stream did."""
+
+    rewritten: int
+    """Events rewritten without their words."""
+    texts: list[str]
+    """The message texts it took out of the log (what a file scan then looks for)."""
+
+
+def purge_stream(store: EventStore, stream: StreamId, now_ms: int | None = None) -> Purged:
+    """Rewrite every event of the stream that holds words no projection uses.
 
     One transaction rewrites them, seals the log again from the first of them
     (eva.core.chain) and records which positions it rewrote (LogRewritten): a
-    crash leaves all of it or none.
+    crash leaves all of it or none. The record is written too when nothing is
+    left to rewrite but deletions or edits wait for a purge (StreamMeta.unpurged),
+    which it clears.
     """
     with store.backend.reading() as tables:
         plan = list(purge_plan(tables, stream))
-    if plan:
+        meta = read_meta(tables, stream)
+    if plan or (meta is not None and meta.unpurged):
         at_ms = int(time.time() * 1000) if now_ms is None else now_ms
-        store.backend.write(_Rewrite(stream, plan, at_ms))
-    return len(plan)
+        rewrites = [(seq, after) for seq, _, after in plan]
+        store.backend.write(_Rewrite(stream, rewrites, at_ms))
+    texts = [text for _, before, after in plan for text in purged_texts(before, after)]
+    return Purged(len(plan), texts)
+
+
+def unpurged(store: EventStore) -> list[StreamMeta]:
+    """The streams whose log still holds texts deleted or edited away
+    (StreamMeta.unpurged)."""
+    return [meta for meta in store.streams() if meta.unpurged]
+
+
+@dataclass(frozen=True, slots=True)
+class PurgeRound:
+    """What `purge_ready` did: streams purged, the texts taken out, streams still waiting."""
+
+    purged: int
+    texts: list[str]
+    waiting: int
+
+
+def purge_ready(store: EventStore) -> PurgeRound:
+    """Purge every stream whose deleted and edited texts wait, once its lines are made
+    again (StreamMeta.stale); the data file still holds the old bytes in freed pages
+    until it is compacted."""
+    texts: list[str] = []
+    purged = waiting = 0
+    for meta in unpurged(store):
+        if meta.stale:
+            waiting += 1
+        else:
+            texts += purge_stream(store, StreamId(meta.guild_id, meta.channel_id)).texts
+            purged += 1
+    return PurgeRound(purged, texts, waiting)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +107,7 @@ class _Rewrite:
         for seq, event in self.plan:
             tables.put("events", keys.event_key(self.stream, seq), encode_event(event))
         positions = tuple(sorted(seq for seq, _ in self.plan))
-        resealed = seal_from(tables, self.stream, positions[0])
+        resealed = seal_from(tables, self.stream, positions[0]) if positions else 0
         record = LogRewritten(at_ms=self.at_ms, positions=positions, resealed=resealed)
         projector = Projector(tables)
         write_batch(tables, projector, Batch(self.stream, [record]))

@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 import lmdb
 
 from eva.core.chain import seal_all
-from eva.core.forget import record_forgotten
+from eva.core.forget import count_unpurged, record_forgotten
 from eva.core.keys import (
     ALL_TABLES,
     AUTHORS_INDEXED,
@@ -39,6 +39,7 @@ from eva.core.keys import (
     LOGS_SEALED,
     MESSAGE_SLOTS_IN_BLOCKS,
     POSTINGS_BY_BUCKET,
+    UNPURGED_COUNTED,
     Table,
     stream_first_discord_id_key,
 )
@@ -479,6 +480,7 @@ LAYOUT_STEPS: tuple[tuple[bytes, Callable[[Tables], None]], ...] = (
     (LOGS_SEALED, seal_all),
     (AUTHORS_INDEXED, index_again),
     (POSTINGS_BY_BUCKET, index_again),
+    (UNPURGED_COUNTED, count_unpurged),
 )
 """How a data directory is brought to the layout used now, in order: each step under the
 `layout` entry that marks it taken."""
