@@ -10,8 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
+import trio
 
-from eva.cli.main import COMMANDS, build_parser, main
+from eva.cli.main import COMMANDS, EXIT_INTERNAL, build_parser, main
+from eva.demo.friends import friends_export
 
 
 def commands_of(parser: argparse.ArgumentParser) -> set[str]:
@@ -207,6 +209,67 @@ def test_ctrl_c_while_the_commands_load_is_one_line(
     monkeypatch.setattr(cli, "build_parser", interrupted)
     assert cli.main(["import", "x.json"]) == 130
     assert capsys.readouterr().err == "eva import: interrupted\n"
+
+
+def test_ctrl_c_in_a_build_says_what_was_kept_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from eva.cli import cmd_build
+
+    data = tmp_path / "data"
+    export = tmp_path / "friends.json"
+    export.write_bytes(friends_export(200))
+    assert main(["import", str(export), "--data", str(data), "--quiet"]) == 0
+
+    async def pressed(*_: object, **__: object) -> None:
+        async def key() -> None:
+            raise KeyboardInterrupt
+
+        async with trio.open_nursery() as nursery:  # as trio delivers it: in a group
+            nursery.start_soon(key)
+
+    monkeypatch.setattr(cmd_build, "build_shown", pressed)
+    capsys.readouterr()
+    assert main(["build", "--data", str(data)]) == 130
+    err = capsys.readouterr().err
+    assert err.startswith("eva build: interrupted; the lines made") and "run it again" in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_ctrl_c_in_a_forget_says_how_it_is_finished(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from eva.cli import cmd_forget
+
+    data = tmp_path / "data"
+    export = tmp_path / "friends.json"
+    export.write_bytes(friends_export(200))
+    assert main(["import", str(export), "--data", str(data), "--quiet"]) == 0
+
+    def pressed(*_: object) -> None:
+        raise BaseExceptionGroup("cancelled", [KeyboardInterrupt()])
+
+    monkeypatch.setattr(cmd_forget, "_run", pressed)
+    capsys.readouterr()
+    assert main(["forget", "--user", "1001", "--data", str(data)]) == 130
+    err = capsys.readouterr().err
+    assert err.startswith("eva forget: interrupted; ") and "eva forget --resume" in err
+    assert "Traceback" not in err
+
+
+def test_a_group_of_other_errors_is_one_unexpected_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from eva.cli import cmd_status
+
+    def failing(args: argparse.Namespace) -> int:
+        raise BaseExceptionGroup("two", [ValueError("one"), LookupError("two")])
+
+    monkeypatch.setattr(cmd_status, "run", failing)
+    monkeypatch.delenv("EVA_DEBUG", raising=False)
+    assert main(["status"]) == EXIT_INTERNAL
+    err = capsys.readouterr().err
+    assert err.startswith("eva status: unexpected ExceptionGroup") and err.count("\n") == 1
 
 
 @pytest.mark.parametrize("command", ["status", "import"])

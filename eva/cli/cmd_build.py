@@ -47,7 +47,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add_data_option(parser)
     add_settings_option(parser)
     add_json_option(parser)
-    parser.set_defaults(run=run)
+    parser.set_defaults(
+        run=run,
+        interrupted="the lines made and rows published so far are kept; run it again to "
+        "finish",
+    )
 
 
 def line_summarizer(

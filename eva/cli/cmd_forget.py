@@ -67,7 +67,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add_data_option(parser)
     add_settings_option(parser)
     add_json_option(parser)
-    parser.set_defaults(run=run_forget)
+    parser.set_defaults(
+        run=run_forget,
+        interrupted="a forget recorded before this stays pending, its words out of sight; "
+        "eva forget --resume (or any command that writes) finishes it",
+    )
 
     verify = subparsers.add_parser(
         "verify-erased",

@@ -99,8 +99,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"eva {args.command}: {error}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print(f"eva {args.command}: interrupted", file=sys.stderr)
-        return 130
+        return _interrupted(args)
+    except BaseExceptionGroup as group:  # Ctrl-C inside trio comes wrapped in a group
+        if group.subgroup(KeyboardInterrupt) is not None:
+            return _interrupted(args)
+        return _unexpected(args, group)
     except BrokenPipeError:  # the reader of our output went away (`| head`)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
@@ -124,15 +127,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 1
     except Exception as error:  # a fault of Eva's own: one line, the details on request
-        if os.environ.get("EVA_DEBUG"):
-            raise
-        print(
-            f"eva {args.command}: unexpected {type(error).__name__}: {error}. Nothing more "
-            "was done; set EVA_DEBUG=1 to see where it happened, and please report it",
-            file=sys.stderr,
-        )
-        return EXIT_INTERNAL
+        return _unexpected(args, error)
     return status
+
+
+def _unexpected(args: argparse.Namespace, error: BaseException) -> int:
+    if os.environ.get("EVA_DEBUG"):
+        raise error
+    print(
+        f"eva {args.command}: unexpected {type(error).__name__}: {error}. Nothing more "
+        "was done; set EVA_DEBUG=1 to see where it happened, and please report it",
+        file=sys.stderr,
+    )
+    return EXIT_INTERNAL
+
+
+def _interrupted(args: argparse.Namespace) -> int:
+    """Ctrl-C: one line, with what the command kept and how to finish, where it says."""
+    kept = getattr(args, "interrupted", "")
+    print(f"eva {args.command}: interrupted{'; ' + kept if kept else ''}", file=sys.stderr)
+    return 130
 
 
 if __name__ == "__main__":
