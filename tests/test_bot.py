@@ -582,6 +582,17 @@ def test_eva_run_with_a_malformed_token_says_so_in_one_line(
     assert not (tmp_path / "data").exists()
 
 
+def test_eva_run_names_a_reply_model_the_price_table_lacks_at_start(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    monkeypatch.setenv("DISCORD_TOKEN", "not a token at all")  # it stops after the start
+    settings = tmp_path / "eva.toml"
+    settings.write_text('[models]\nguild_reply_models = { "5" = "claude-sonnet-4" }\n')
+    assert main(["run", "--data", str(tmp_path / "data"), "--settings", str(settings)]) == 1
+    err = capsys.readouterr().err
+    assert "eva run: claude-sonnet-4 is not in the price table" in err
+
+
 def test_gateway_refusals_are_explained_in_words_an_operator_can_act_on() -> None:
     import hikari
 

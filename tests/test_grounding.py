@@ -161,6 +161,29 @@ def test_eva_ask_tells_a_model_that_reads_from_one_that_guesses(
     assert not [e for _, e in store.events(STREAM) if isinstance(e, ReplyWritten)]
 
 
+def test_a_reply_model_missing_from_the_price_table_is_unpriced_never_free(
+    data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    settings = tmp_path / "eva.toml"
+    settings.write_text('[models]\nreply_model = "claude-sonnet-4"\n')
+    capsys.readouterr()
+    assert main(["settings", "--settings", str(settings)]) == 0
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "claude-sonnet-4 is not in the price table" in err
+    assert "[models.prices.claude-sonnet-4]" in err
+    with FakeMessagesAPI(answer=answers_at_once).serve() as model:
+        monkeypatch.setenv("ANTHROPIC_API_KEY", model.key)
+        common = ["ask", "21/22", "when", "does", "the", "ferry", "leave?", "--base-url",
+                  model.url, "--data", str(data), "--settings", str(settings)]
+        assert main([*common, "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["usd"] is None
+        assert main(common) == 0
+        out = capsys.readouterr().out
+    assert "unpriced (claude-sonnet-4 is not in the price table)" in out and "usd 0" not in out
+    open_backend(data).close()
+
+
 def test_eva_ask_offline_quotes_what_recall_finds(
     data: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

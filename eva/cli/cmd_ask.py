@@ -93,7 +93,11 @@ def run(args: argparse.Namespace) -> int:
                 print(f"  detail {detail['text']!r}: {detail['kind']}")
             print(f"  details: {grounding['read']} read, {grounding['summary']} only in "
                   f"summaries, {grounding['unsupported']} unsupported")
-        print(f"  {answer['how']}; usd {answer['usd']:.6f}")
+        usd = answer["usd"]
+        spent = f"usd {usd:.6f}" if isinstance(usd, float) else (
+            f"unpriced ({models.reply_model} is not in the price table)"
+        )
+        print(f"  {answer['how']}; {spent}")
     return 1 if answer["failed"] else 0
 
 
@@ -119,14 +123,16 @@ async def ask(
             await client.close()
     record: ReplyWritten | None = outcome.unrecorded
     price = models.prices.get(models.reply_model)
-    usd = 0.0 if record is None or price is None else reply_cost(record, price)
+    usd: float | None = None  # unpriced: never shown as $0
+    if price is not None:
+        usd = 0.0 if record is None else round(reply_cost(record, price), 6)
     return {
         "reply": outcome.text,
         "tool_calls": [{"name": name, "input": msgspec.json.decode(arguments)}
                        for name, arguments in outcome.tools],
         "grounding": grounding_json(outcome.grounding),
         "usage": msgspec.to_builtins(outcome.usage),
-        "usd": round(usd, 6),
+        "usd": usd,
         "model": models.reply_model,
         "failed": outcome.failed,
         "how": "the model did not answer" if outcome.failed else (

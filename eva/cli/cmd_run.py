@@ -167,6 +167,9 @@ def run_run(args: argparse.Namespace) -> int:
     key = os.environ.get("ANTHROPIC_API_KEY", "").strip() or None
     if key is None:
         print(OFFLINE_WARNING, file=sys.stderr)
+    unpriced = models.unpriced_note()
+    if unpriced is not None:
+        print(f"eva run: {unpriced}", file=sys.stderr)
     logging.basicConfig(
         level=getattr(logging, args.log_level.upper()),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

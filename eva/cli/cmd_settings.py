@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from typing import Any
 
 import msgspec
@@ -82,6 +83,9 @@ def run(args: argparse.Namespace) -> int:
         load_live_settings(args.settings),
     )
     print(text, end="")
+    note = load_model_settings(args.settings).unpriced_note()
+    if note is not None:
+        print(f"eva settings: {note}", file=sys.stderr)
     source = f"read from {args.settings}" if args.settings else "no settings file: the defaults"
     print(f"# settings {source}")
     for secret in SECRETS:

@@ -142,6 +142,24 @@ class ModelSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     prices_checked: str = PRICES_CHECKED
     """The day the price table was last checked against the provider's pages."""
 
+    def unpriced(self) -> list[str]:
+        """The models these settings use (for replies, any guild's, for lines) that the price
+        table lacks: their spend is shown as unpriced, never guessed, never as $0."""
+        used = [self.reply_model, *self.guild_reply_models.values(), self.line_model]
+        return [model for model in dict.fromkeys(used) if model not in self.prices]
+
+    def unpriced_note(self) -> str | None:
+        """One line naming the unpriced models and what to do, or None."""
+        missing = self.unpriced()
+        if not missing:
+            return None
+        names = ", ".join(missing)
+        return (
+            f"{names} {'is' if len(missing) == 1 else 'are'} not in the price table: what "
+            "Eva spends with it is shown as unpriced, never guessed; add "
+            f"[models.prices.{missing[0]}] with its input and output prices to price it"
+        )
+
     def for_guild(self, guild_id: int) -> ModelSettings:
         """The settings a reply in `guild_id` uses: its own reply model, if it has one."""
         model = self.guild_reply_models.get(str(guild_id))
