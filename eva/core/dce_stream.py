@@ -130,9 +130,20 @@ def outline_export(
             else:
                 start, count = position, 0
                 joint: bytes | None = None  # what lies between two messages, with their `}{`
+                counted = False  # whether the joints were counted for this chunk already
                 while True:
-                    if count == 0 and joint is not None:
-                        end = reader.end_of_nth(joint, position, chunk_messages)
+                    if joint is not None and not counted:
+                        # The rest of the chunk by the joints between its messages; the
+                        # splitter takes a chunk whose text that does not decode, and
+                        # the export's last message, after which no joint comes.
+                        counted = True
+                        wanted = chunk_messages - count
+                        found = reader.end_of_nth(joint, position, wanted)
+                        if found is not None and found[1] < wanted:  # the export's last ones
+                            count += found[1]
+                            position = found[0] + len(joint) - 2  # its last message's `{`
+                            continue
+                        end = None if found is None else found[0]
                         decoded = None if end is None else _messages_or_none(
                             reader.text(start, end)
                         )
@@ -144,6 +155,7 @@ def outline_export(
                             messages += len(decoded)
                             reader.forget_before(end)
                             start = position = end + len(joint) - 2  # the next `{`
+                            count, counted = 0, False
                             continue
                     message = reader.match(_VALUE, position)
                     count += 1
@@ -157,9 +169,9 @@ def outline_export(
                         latest = newest if latest is None else max(latest, newest)
                         chunks.append((start, message.stop))
                         keep(start, message.stop, decoded)
-                        messages += count
+                        messages += len(decoded)
                         reader.forget_before(message.stop)
-                        start, count = -1, 0
+                        start, count, counted = -1, 0, False
                     position += 1
                     if after == b"]":
                         break
@@ -274,17 +286,21 @@ class _Reader:
             if end.end() < len(self._data) or not self._more():
                 return end.end() + self._base
 
-    def end_of_nth(self, joint: bytes, position: int, count: int) -> int | None:
+    def end_of_nth(self, joint: bytes, position: int, count: int) -> tuple[int, int] | None:
         """Just past the `}` of the `count`th `joint` from `position` on (reading more as
-        needed); None if the export has fewer."""
+        needed), or of the last one if the export has fewer, and how many that is; None
+        if it has none."""
         at = position - self._base
-        for _ in range(count):
+        seen = last = 0
+        while seen < count:
             while (found := self._data.find(joint, at)) < 0:
                 at = max(at, len(self._data) - len(joint) + 1)
                 if not self._more():
-                    return None
+                    return None if seen == 0 else (last, seen)
             at = found + len(joint) - 1
-        return at - len(joint) + 2 + self._base
+            seen += 1
+            last = at - len(joint) + 2 + self._base
+        return last, seen
 
     def expect(self, position: int, char: bytes) -> int:
         if self.char(position) != char:
