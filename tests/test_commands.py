@@ -362,6 +362,11 @@ async def test_privacy_answers_ephemerally(tmp_path: Path) -> None:
     assert len(texts.PRIVACY) <= 2000
     for words in ("/forget-me", "LMDB", "model provider", "deleted in Discord"):
         assert words in texts.PRIVACY
+    # what it must not claim: no copy anywhere, or memory only from the day she joined
+    assert "no copy of your words is left" not in texts.PRIVACY
+    assert "/backfill" in texts.PRIVACY and "quotes you stays" in texts.PRIVACY
+    # the delay it names is the default one
+    assert "ten minutes" in texts.PRIVACY and LiveSettings().purge_delay_seconds == 600
 
 
 async def test_memory_shows_the_row_ends_and_the_sizes(tmp_path: Path) -> None:

@@ -19,9 +19,10 @@ CUT_NOTE = "(cut to fit in one Discord message)"
 
 PRIVACY = """\
 **What Eva stores**
-- Every message posted in the channels and threads of this server that she can read, from \
-the day she joined: its text, the author's name and id, the time, and the names of attachments \
-(not the files). Bots' messages count too, hers included.
+- Every message posted in the channels and threads of this server that she can read: its \
+text, the author's name and id, the time, and the names of attachments (not the files). Bots' \
+messages count too, hers included. That starts the day she joined, and reaches further back \
+when a moderator runs `/backfill` or whoever runs her imports a channel's history.
 - Lines of memory made from those messages: short texts that say who said what.
 - The tools she used and the replies she wrote.
 It is kept in a database (LMDB) on the machine of whoever runs this bot, apart from other \
@@ -34,10 +35,13 @@ meant to last: Eva is built to remember a group for months and years.
 
 **How to be forgotten**
 - `/forget-me` erases every message you wrote in this server, and every line made from them, \
-then checks Eva's data files to make sure no copy of your words is left. All that stays is a \
-record that a forget happened, with a hashed id and counts, no content.
-- Deleting a message in Discord erases it from her memory too. Editing one replaces the old \
-text, and the lines made from it are made again.
+then checks Eva's data files to make sure none of your messages is left in them. All that \
+stays is a record that a forget happened, with a hashed id and counts, no content. Another \
+person's message that quotes you stays: it is theirs to forget. A backup taken before stays \
+as it was until it is removed; restoring it over her data forgets you again.
+- Deleting a message in Discord erases it from her memory too, and its words leave her data \
+files soon after (ten minutes, unless her host set another delay). Editing one replaces \
+the old text the same way, and the lines made from it are made again.
 - Moderators can forget a member with `/forget-member`.
 Messages you write after a forget are remembered again as usual.
 
