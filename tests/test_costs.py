@@ -295,6 +295,7 @@ def test_eva_status_shows_each_guilds_spend_this_month_against_its_plan(
     assert guild["usd"] == pytest.approx(0.0092)
     assert guild["replies_usd"] == pytest.approx(0.009)
     assert guild["plan_usd"] == 15.0 and guild["plan_replies"] == 1500
+    assert guild["reply_cap"] == 1500
     assert guild["share_of_plan"] == pytest.approx(0.0092 / 15, abs=1e-6)
     assert guild["unpriced"] == ["mystery-model"]
     assert main(["status", "--data", str(data), "--month", "1970-02", "--json"]) == 0
@@ -302,7 +303,8 @@ def test_eva_status_shows_each_guilds_spend_this_month_against_its_plan(
     assert later["usd"] == 0
     assert main(["status", "--data", str(data), "--month", "1970-01"]) == 0
     out = capsys.readouterr().out
-    assert "guild 41" in out and "$0.0092 of the $15.00 plan" in out
+    assert "guild 41" in out and "$0.0092 spent at list prices" in out
+    assert "0 of 1,500 replies (replies_per_guild_month)" in out
     assert main(["status", "--data", str(data), "--month", "January"]) == 1
     assert "--month must be YYYY-MM" in capsys.readouterr().err
     assert main(["status", "--data", str(data), "--month", "9999-12"]) == 1  # no month after

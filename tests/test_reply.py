@@ -523,11 +523,17 @@ async def test_guild_quota_refuses_without_calling_the_model(
         assert (other.text, other.refused, other.quota_left) == ("sure", False, 1)
         assert len(fake.message_requests()) == 3
 
+        # An operator's bot of their own may have no cap at all.
+        uncapped = msgspec_replace(settings, replies_per_guild_month=0)
+        free = await ask_eva(supervisor, A, fake, 4, settings=uncapped)
+        assert (free.text, free.refused, free.quota_left) == ("sure", False, None)
+
         # The quota is per calendar month (UTC): December starts afresh.
         december = 1_701_388_800_000  # 2023-12-01 00:00 UTC
         fresh = await ask_eva(supervisor, A, fake, 3, settings=settings, wall_ms=december)
         assert (fresh.text, fresh.refused, fresh.quota_left) == ("sure", False, 1)
-        assert [e.month for e in events_of(store, A, ReplyWritten)] == ["2023-11", "2023-12"]
+        months = [e.month for e in events_of(store, A, ReplyWritten)]
+        assert months == ["2023-11", "2023-11", "2023-12"]  # the uncapped one counted too
 
 
 # -- model failures ----------------------------------------------------------------------

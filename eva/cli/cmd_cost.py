@@ -80,11 +80,10 @@ def check_model_settings(path: Path, settings: ModelSettings) -> None:
             )
     if settings.reply_prompt_tokens_max < 1000:
         raise UserError(f"bad settings in {path}: reply_prompt_tokens_max must be at least 1000")
-    for name in ("retries", "too_long_retries", "tool_rounds"):
+    for name in ("retries", "too_long_retries", "tool_rounds", "replies_per_guild_month"):
         if getattr(settings, name) < 0:
             raise UserError(f"bad settings in {path}: {name} must not be negative")
-    for name in ("batch_poll_seconds", "request_timeout_seconds", "reply_max_tokens",
-                 "replies_per_guild_month"):
+    for name in ("batch_poll_seconds", "request_timeout_seconds", "reply_max_tokens"):
         if not getattr(settings, name) > 0:  # NaN too
             raise UserError(f"bad settings in {path}: {name} must be positive")
 

@@ -130,6 +130,7 @@ class GuildSpend:
     grounded: int = 0  # replies of the month whose details were matched (eva.core.grounding)
     guessed: int = 0  # of those, replies that state a detail Eva did not read word for word
     by_channel: tuple[tuple[str, int, int], ...] = ()  # (#name, guessed, grounded) a channel
+    reply_cap: int = PLAN_REPLIES  # replies a month at most (ModelSettings); 0: no cap
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -140,6 +141,7 @@ class GuildSpend:
             "lines_usd": round(self.lines_usd, 6),
             "replies_usd": round(self.replies_usd, 6),
             "replies": self.replies,
+            "reply_cap": self.reply_cap or None,
             "plan_usd": PLAN_USD,
             "plan_replies": PLAN_REPLIES,
             "share_of_plan": round(self.usd / PLAN_USD, 6),
@@ -219,6 +221,7 @@ def guild_spend(
             grounded=grounded.get(guild, 0),
             guessed=guessed.get(guild, 0),
             by_channel=tuple(channels.get(guild, ())),
+            reply_cap=models.replies_per_guild_month,
         )
         for guild, report in sorted(reports.items())
     ]
@@ -230,11 +233,12 @@ def spend_table(spends: list[GuildSpend]) -> str:
     for spend in spends:
         name = f" ({spend.guild_name})" if spend.guild_name else ""
         unpriced = f"; unpriced: {', '.join(spend.unpriced)}" if spend.unpriced else ""
+        cap = (f"{spend.replies:,} of {spend.reply_cap:,} replies (replies_per_guild_month)"
+               if spend.reply_cap else f"{spend.replies:,} replies (no cap)")
         out.append(
-            f"guild {spend.guild_id}{name}, {spend.month}: ${spend.usd:,.4f} of the "
-            f"${PLAN_USD:.2f} plan ({spend.usd / PLAN_USD:.1%}; lines ${spend.lines_usd:,.4f}, "
-            f"replies ${spend.replies_usd:,.4f}), {spend.replies:,} of {PLAN_REPLIES:,} "
-            f"replies{unpriced}"
+            f"guild {spend.guild_id}{name}, {spend.month}: ${spend.usd:,.4f} spent at list "
+            f"prices (lines ${spend.lines_usd:,.4f}, replies ${spend.replies_usd:,.4f}; "
+            f"{spend.usd / PLAN_USD:.1%} of the ${PLAN_USD:.0f} plan's price), {cap}{unpriced}"
             + (f"; guessed in {spend.guessed} of {spend.grounded} replies"
                if spend.grounded else "")
         )

@@ -131,7 +131,9 @@ class ModelSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     """When a reply states details Eva did not read word for word (eva.core.grounding) and
     tool rounds are left, she gets one more round to check them or drop them."""
     replies_per_guild_month: int = 1500
-    """Replies Eva gives in one guild in one calendar month (UTC)."""
+    """Replies Eva gives in one guild in one calendar month (UTC), at most; past them she
+    says she has used them up. The default is what the $15 plan includes; 0: no cap (a
+    bot of one's own, whose model bill is its host's)."""
     cache_layout: str = "long"
     """Where replies put their prompt-cache marks and how long each lives (eva.core.prompt):
     "split" (one hour on tools, system and row, five minutes on the tail), "5m", "1h", "none"."""

@@ -85,7 +85,7 @@ class ReplyOutcome:
     text: str
     tool_calls: int = 0
     usage: Usage = field(default_factory=Usage)
-    quota_left: int = 0
+    quota_left: int | None = 0  # replies left to the guild this month; None: no cap
     refused: bool = False  # the guild's replies for the month were used up; no model call
     failed: bool = False  # the model did not answer; `text` is an apology, nothing recorded
     unrecorded: ReplyWritten | None = None  # the record for the caller to append, if asked to
@@ -218,7 +218,7 @@ async def write_reply(
     month = reply_month(wall_ms)
     limit = settings.replies_per_guild_month
     used = guild_replies(store, stream.guild_id, month)
-    if used >= limit:
+    if limit and used >= limit:  # 0: no cap
         log.info(
             "reply in %s refused: guild %d used %d of %d replies in %s",
             stream,
@@ -351,7 +351,7 @@ async def write_reply(
             text=APOLOGY_TEXT,
             tool_calls=tool_calls,
             usage=usage,
-            quota_left=max(limit - used, 0),
+            quota_left=max(limit - used, 0) if limit else None,
             failed=True,
             model_seconds=waited,
             tools=tuple(tool_log),
@@ -372,7 +372,7 @@ async def write_reply(
         grounding=grounding,
     )
     if not record:
-        left = max(limit - used - 1, 0)
+        left = max(limit - used - 1, 0) if limit else None
         return ReplyOutcome(
             text=text,
             tool_calls=tool_calls,
@@ -384,7 +384,7 @@ async def write_reply(
             tools=tuple(tool_log),
         )
     await supervisor.ask(stream, RecordReply(reply=reply))
-    left = max(limit - guild_replies(store, stream.guild_id, month), 0)
+    left = max(limit - guild_replies(store, stream.guild_id, month), 0) if limit else None
     return ReplyOutcome(
         text=text, tool_calls=tool_calls, usage=usage, quota_left=left, model_seconds=waited,
         grounding=grounding, tools=tuple(tool_log),
