@@ -58,6 +58,8 @@ def test_a_command_that_needs_no_model_does_not_load_the_model_sdk() -> None:
         ('[memory]\ntime_zone = "../../etc/passwd"\n', "is no time zone known here"),
         ("[memory]\ntail_keep_bytes = -1\n", "tail_keep_bytes must be from 0 to"),
         ("[models]\nretries = -1\n", "retries must not be negative"),
+        ("[models]\nreplies_per_guild_month = -1\n",
+         "replies_per_guild_month must not be negative"),
         ("[models]\nreply_max_tokens = 0\n", "reply_max_tokens must be positive"),
         ("[models]\nbatch_poll_seconds = nan\n", "batch_poll_seconds must be positive"),
     ],
