@@ -213,15 +213,22 @@ def test_ctrl_c_while_the_commands_load_is_one_line(
     assert capsys.readouterr().err == "eva import: interrupted\n"
 
 
-def test_ctrl_c_in_a_build_says_what_was_kept_in_one_line(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    from eva.cli import cmd_build
-
+@pytest.fixture
+def imported(tmp_path: Path) -> Path:
+    """A data directory holding a short demo chat."""
     data = tmp_path / "data"
     export = tmp_path / "friends.json"
     export.write_bytes(friends_export(200))
     assert main(["import", str(export), "--data", str(data), "--quiet"]) == 0
+    return data
+
+
+def test_ctrl_c_in_a_build_says_what_was_kept_in_one_line(
+    imported: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from eva.cli import cmd_build
+
+    data = imported
 
     async def pressed(*_: object, **__: object) -> None:
         async def key() -> None:
@@ -239,14 +246,11 @@ def test_ctrl_c_in_a_build_says_what_was_kept_in_one_line(
 
 
 def test_ctrl_c_in_a_forget_says_how_it_is_finished(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    imported: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from eva.cli import cmd_forget
 
-    data = tmp_path / "data"
-    export = tmp_path / "friends.json"
-    export.write_bytes(friends_export(200))
-    assert main(["import", str(export), "--data", str(data), "--quiet"]) == 0
+    data = imported
 
     def pressed(*_: object) -> None:
         raise BaseExceptionGroup("cancelled", [KeyboardInterrupt()])

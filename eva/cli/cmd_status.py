@@ -334,26 +334,33 @@ def run(args: argparse.Namespace) -> int:
         print_json({**status_json(channels), "guilds": [s.to_json() for s in spends]})
     else:
         print(status_table(channels))
-        pending = [c for c in channels if c.forgets_pending]
-        if pending:
-            print(
-                f"forget in progress in {len(pending)} channel(s) "
-                f"({', '.join(c.channel for c in pending[:5])}"
-                f"{', ...' if len(pending) > 5 else ''}): the next command that writes to this "
-                "directory finishes it (eva forget --resume, import, build, serve-local, run)"
-            )
-        unpurged = [c for c in channels if c.purges_pending]
-        if unpurged:
-            print(
-                f"texts deleted or edited away still in the log of {len(unpurged)} channel(s) "
-                f"({', '.join(f'{c.channel}: {c.purges_pending}' for c in unpurged[:5])}"
-                f"{', ...' if len(unpurged) > 5 else ''}): the bot takes them out a while "
-                "after they go, or the next command that writes (import, build, forget, "
-                "serve-local, run) at once"
-            )
+        for line in (
+            _owed(
+                [c.channel for c in channels if c.forgets_pending], "forget in progress in",
+                "the next command that writes to this directory finishes it (eva forget "
+                "--resume, import, build, serve-local, run)",
+            ),
+            _owed(
+                [f"{c.channel}: {c.purges_pending}" for c in channels if c.purges_pending],
+                "texts deleted or edited away still in the log of",
+                "the bot takes them out a while after they go, or the next command that "
+                "writes (import, build, forget, serve-local, run) at once",
+            ),
+        ):
+            if line:
+                print(line)
         if spends:
             print(spend_table(spends))
     return 0
+
+
+def _owed(channels: list[str], what: str, finish: str) -> str:
+    """A line saying in which channels (the first five named) work is owed, and how it gets
+    done; empty if in none."""
+    if not channels:
+        return ""
+    named = ", ".join(channels[:5]) + (", ..." if len(channels) > 5 else "")
+    return f"{what} {len(channels)} channel(s) ({named}): {finish}"
 
 
 def run_fleet(args: argparse.Namespace) -> int:
