@@ -24,7 +24,7 @@ from eva.cli.common import (
     print_json,
 )
 from eva.core.events import AnyEvent, ForgetBy
-from eva.core.forget import person_hash
+from eva.core.forget import PROOF_MIN_BYTES, person_hash, proof_texts
 from eva.core.keys import StreamId
 from eva.core.settings import MemorySettings
 from eva.core.summarize import OfflineSummarizer
@@ -35,7 +35,14 @@ from eva.memory.forget import (
     pending_forgets,
     request_everywhere,
 )
-from eva.store.erasure import prove_erased, purge_ready, scan_files, unpurged
+from eva.store.erasure import (
+    prove_erased,
+    purge_ready,
+    scan_files,
+    scan_proof,
+    surviving_texts,
+    unpurged,
+)
 from eva.store.event_store import Appended, EventStore
 from eva.store.lmdb_kv import LmdbBackend
 
@@ -77,11 +84,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "verify-erased",
         help="scan every file of a data directory for texts that must be gone",
         description=(
-            "Read TEXTS (one text per line, UTF-8) and count how often each appears in "
-            "any byte of any file under the data directory. Exits 1 if any is found."
+            "Read TEXTS (one text per line, UTF-8), such as a forgotten person's own "
+            "messages, and look for them in every byte of every file under the data "
+            "directory, by the rule a forget proves itself with: texts too short to tell "
+            "anyone apart, and texts someone else also wrote (a message still kept holds "
+            "them), are left out and counted. Exits 1 if any text checked is found."
         ),
     )
     verify.add_argument("--texts", type=Path, required=True, help="file with one text per line")
+    verify.add_argument("--every-text", action="store_true",
+                        help="look for every text given, short and shared ones too")
     add_data_option(verify)
     add_json_option(verify)
     verify.set_defaults(run=run_verify)
@@ -265,13 +277,29 @@ def run_verify(args: argparse.Namespace) -> int:
         raise UserError(f"{args.texts} is not UTF-8 text: {error}") from None
     if not args.data.is_dir():
         raise UserError(f"no data directory at {args.data}")
-    report = scan_files(args.data, texts)
-    if args.json:
-        print_json(msgspec.to_builtins(report))
+    short = shared = 0
+    if args.every_text:
+        report = scan_files(args.data, texts)
     else:
+        store = open_store(args.data)
+        given = list(dict.fromkeys(text.strip() for text in texts if text.strip()))
+        checked = proof_texts(given, surviving_texts(store))
+        short = sum(len(text.encode()) < PROOF_MIN_BYTES for text in given)
+        shared = len(given) - short - len(checked)
+        report = scan_proof(store, args.data, checked)
+    if args.json:
+        print_json({**msgspec.to_builtins(report), "left_out_short": short,
+                    "left_out_shared": shared})
+    else:
+        left_out = (
+            f"{short + shared:,} left out ({short:,} under {PROOF_MIN_BYTES} bytes, too short "
+            f"to tell anyone apart; {shared:,} that someone else also wrote); "
+            if short + shared else ""
+        )
         verdict = "none found" if not report.hits else f"FOUND {report.hits} times"
         print(
-            f"{report.texts} texts checked in {report.files} files ({report.bytes:,} bytes): "
-            f"{verdict}" + (f" ({report.texts_found} distinct texts)" if report.hits else "")
+            f"{left_out}{report.texts:,} texts checked in {report.files} files "
+            f"({report.bytes:,} bytes): {verdict}"
+            + (f" ({report.texts_found} distinct texts)" if report.hits else "")
         )
     return 1 if report.hits else 0

@@ -218,7 +218,11 @@ def prove_erased(store: EventStore, data_dir: Path, forgotten: list[str]) -> Sca
     """Scan every file of `data_dir` for the forgotten texts that prove anything
     (`proof_texts`); a text found that reads across the joins of surviving texts
     (`joined_from`) does not count as found."""
-    texts = proof_texts(forgotten, surviving_texts(store))
+    return scan_proof(store, data_dir, proof_texts(forgotten, surviving_texts(store)))
+
+
+def scan_proof(store: EventStore, data_dir: Path, texts: list[str]) -> ScanReport:
+    """`prove_erased` of texts `proof_texts` chose already."""
     scan = scan_files(data_dir, texts)
     if not scan.hits:
         return scan
