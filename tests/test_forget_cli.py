@@ -334,7 +334,9 @@ def test_words_found_in_a_foreign_file_keep_the_forget_pending_until_the_file_is
     again = capsys.readouterr().err
     assert "earlier check found their words" in again and str(notes) in again
     assert eva("audit", "9/1", data=data) == 0
-    assert "not proven" in capsys.readouterr().out
+    audit = capsys.readouterr().out
+    assert "not proven" in audit
+    assert f"forget requested for person {person_hash(BO)} (operator)" in audit
 
     notes.unlink()
     assert eva("forget", "--resume", data=data) == 0

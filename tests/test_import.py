@@ -435,7 +435,7 @@ def test_truncated_json_says_how_many_messages_were_complete(
             r"not valid UTF-8 at byte \d+ \(line \d+\), in message 6",
             id="bad-utf8",
         ),
-        pytest.param(lambda d: b"<html>not json</html>", "expected a JSON object", id="html"),
+        pytest.param(lambda d: b"<html>not json</html>", "an HTML page", id="html"),
         pytest.param(lambda d: b"", "truncated: it ends after 0 complete messages", id="empty"),
         pytest.param(
             lambda d: d.replace(b'"channel"', b'"chanel"'),
@@ -451,6 +451,25 @@ def test_malformed_json_is_refused_with_where_it_broke(
     data = json.dumps(export([message(i) for i in range(8)]), indent=1).encode()
     with pytest.raises(UserError, match=expected):
         import_file(data_dir, write(tmp_path / "bad.json", damage(data)))
+    assert not data_dir.exists()
+
+
+@pytest.mark.parametrize(
+    ("content", "kind"),
+    [
+        (b"AuthorID,Author,Date,Content,Attachments,Reactions\n1,Ann,2024,hi,,\n", "a CSV file"),
+        (b"\xef\xbb\xbf<!DOCTYPE html>\n<html><head>", "an HTML page"),
+        (b"PK\x03\x04\x14\x00\x00\x00", "a zip archive"),
+        (b"==============================================\nGuild: g\nChannel: c\n", "plain text"),
+    ],
+)
+def test_another_export_format_is_named_with_how_to_export_json(
+    tmp_path: Path, data_dir: Path, content: bytes, kind: str
+) -> None:
+    with pytest.raises(UserError) as refused:
+        import_file(data_dir, write(tmp_path / "chat.export", content))
+    said = str(refused.value)
+    assert f"the file is {kind}" in said and "not a JSON export" in said and "-f Json" in said
     assert not data_dir.exists()
 
 

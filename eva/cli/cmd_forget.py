@@ -62,7 +62,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--user", type=int, help="the person's Discord user id")
     parser.add_argument("--guild", type=int, help="only this guild (default: every guild)")
     parser.add_argument(
-        "--by", choices=["self", "moderator"], default="self", help="who asked (for the audit)"
+        "--by", choices=["operator", "self", "moderator"], default="operator",
+        help="who asked, for the audit: whoever runs Eva (the default), the person, or a "
+        "moderator of the server"
     )
     parser.add_argument(
         "--eva-id",

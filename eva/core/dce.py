@@ -116,10 +116,37 @@ _ONE_MS = timedelta(milliseconds=1)
 _ONE_MINUTE = timedelta(minutes=1)
 
 
+# DiscordChatExporter's formats and its CLI's `-f Json`: its docs (.docs/Using-the-CLI.md,
+# "Changing the format"), checked 2026-12-07.
+REEXPORT = (
+    "Eva reads DiscordChatExporter's JSON exports: export the channel again in the JSON "
+    "format (JSON in the app's format list, -f Json on its command line)"
+)
+
+
+def other_format(data: bytes) -> str | None:
+    """What a file is, by its first bytes, when it is plainly not a JSON export (another of
+    DiscordChatExporter's formats, an archive); None otherwise."""
+    head = data.removeprefix(_UTF8_BOM).lstrip()[:512]
+    if head.startswith(b"PK\x03\x04"):
+        return "a zip archive (unpack it first)"
+    if head[:1] == b"<":
+        return "an HTML page (DiscordChatExporter's HTML format)"
+    first = head.split(b"\n", 1)[0]
+    if head[:1] not in (b"{", b"[") and b"," in first:
+        return "a CSV file (DiscordChatExporter's CSV format)"
+    if head[:1] not in (b"{", b"[", b""):
+        return "plain text (DiscordChatExporter's TXT format, perhaps)"
+    return None
+
+
 def parse_export(data: bytes) -> ChannelExport:
     """The export held in `data` (DCE JSON); raises ExportError if it is not one."""
     if data.startswith(_UTF8_BOM):
         data = data[len(_UTF8_BOM) :]
+    kind = other_format(data)
+    if kind is not None:
+        raise ExportError(f"the file is {kind}, not a JSON export. {REEXPORT}")
     try:
         return _decoder.decode(data)
     except msgspec.ValidationError as error:

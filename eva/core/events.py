@@ -131,7 +131,7 @@ class ToolCalled(Event, frozen=True, tag="tool.called"):
     result_bytes: int = 0
 
 
-ForgetBy: TypeAlias = Literal["self", "moderator", "deleted", "edited"]
+ForgetBy: TypeAlias = Literal["self", "moderator", "deleted", "edited", "operator"]
 
 
 class ReplyWritten(Event, frozen=True, tag="reply.written"):
