@@ -408,21 +408,15 @@ def bot_run(data: Path, run: int, rng: random.Random) -> tuple[list[str], Stream
                 fake.post_message(guild.id, guild.general.id, alice, text)
                 posted.append(text)
                 time.sleep(rng.uniform(0.0, 0.03))
-            child = start_bot(fake, data, fake.identifies())
-            deadline = time.monotonic() + 30
-            while len(stored_texts(data, stream)) < len(posted):
-                if time.monotonic() > deadline:
-                    return posted, stream, "the restarted bot did not store every message in 30 s"
-                time.sleep(0.2)
-            child.send_signal(signal.SIGTERM)
-            child.wait(30)
-        except (RuntimeError, subprocess.TimeoutExpired) as error:
+        except RuntimeError as error:
             return posted, stream, str(error)
         finally:
-            if child.poll() is None:
-                child.kill()
-                child.wait()
-    return posted, stream, None
+            stop_bot(child)
+
+        def stored_all() -> bool:
+            return len(stored_texts(data, stream)) >= len(posted)
+
+        return posted, stream, restart_until(fake, data, stored_all, "store every message")
 
 
 def suite_delete(world: World, runs: int, rng: random.Random) -> Outcome:
@@ -479,25 +473,46 @@ def delete_run(
             time.sleep(rng.uniform(0.0, 0.5))
             child.send_signal(signal.SIGKILL)
             child.wait()
-            child = start_bot(fake, data, fake.identifies())
-            deadline = time.monotonic() + 30
-            while True:  # until every deletion stored is purged (or time is up)
-                with opened(data) as store:
-                    meta = store.meta(stream)
-                    if meta is None or meta.unpurged == 0:
-                        break
-                if time.monotonic() > deadline:
-                    return deleted, stream, "the restarted bot did not purge in 30 s"
-                time.sleep(0.2)
-            child.send_signal(signal.SIGTERM)
-            child.wait(30)
-        except (RuntimeError, subprocess.TimeoutExpired) as error:
+        except RuntimeError as error:
             return deleted, stream, str(error)
         finally:
-            if child.poll() is None:
-                child.kill()
-                child.wait()
-    return deleted, stream, None
+            stop_bot(child)
+
+        def purged() -> bool:  # every deletion stored is purged
+            with opened(data) as store:
+                meta = store.meta(stream)
+                return meta is None or meta.unpurged == 0
+
+        return deleted, stream, restart_until(fake, data, purged, "purge")
+
+
+def restart_until(fake: Any, data: Path, done: Callable[[], bool], what: str) -> str | None:
+    """Start the killed bot again, give it 30 s until `done`, and stop it; what went
+    wrong, or None."""
+    try:
+        child = start_bot(fake, data, fake.identifies())
+    except RuntimeError as error:
+        return str(error)
+    try:
+        deadline = time.monotonic() + 30
+        while not done():
+            if time.monotonic() > deadline:
+                return f"the restarted bot did not {what} in 30 s"
+            time.sleep(0.2)
+        child.send_signal(signal.SIGTERM)
+        child.wait(30)
+    except subprocess.TimeoutExpired as error:
+        return str(error)
+    finally:
+        stop_bot(child)
+    return None
+
+
+def stop_bot(child: subprocess.Popen[bytes]) -> None:
+    """Kill the bot if it still runs."""
+    if child.poll() is None:
+        child.kill()
+        child.wait()
 
 
 def start_bot(fake: Any, data: Path, identified: int) -> subprocess.Popen[bytes]:

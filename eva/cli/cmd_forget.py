@@ -44,7 +44,6 @@ from eva.store.erasure import (
     unpurged,
 )
 from eva.store.event_store import Appended, EventStore
-from eva.store.lmdb_kv import LmdbBackend
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -188,19 +187,15 @@ def finish_left_purges(store: EventStore, data: Path) -> int:
     bot purges them a while after they go), then compact the file and look for them, before
     a command writes anything else; says so on standard error. A channel whose lines are
     still to be made again waits for `eva build` or the bot. Returns the channels purged."""
-    if not unpurged(store):
-        return 0
-    done = purge_ready(store)
-    if not done.purged:
+    ready = [meta for meta in unpurged(store) if not meta.stale]
+    if not ready:
         return 0
     print(
-        f"eva: taking texts deleted or edited away out of {done.purged} channel(s) first",
+        f"eva: taking texts deleted or edited away out of {len(ready)} channel(s) first",
         file=sys.stderr,
         flush=True,
     )
-    backend = store.backend
-    if isinstance(backend, LmdbBackend):
-        backend.compact()
+    done = purge_ready(store)
     scan = prove_erased(store, data, done.texts)
     if scan.hits:
         raise UserError(

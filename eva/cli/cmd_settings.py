@@ -77,13 +77,10 @@ def settings_toml(memory: Any, models: Any, live: Any) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    text = settings_toml(
-        load_settings(args.settings),
-        load_model_settings(args.settings),
-        load_live_settings(args.settings),
-    )
+    models = load_model_settings(args.settings)
+    text = settings_toml(load_settings(args.settings), models, load_live_settings(args.settings))
     print(text, end="")
-    note = load_model_settings(args.settings).unpriced_note()
+    note = models.unpriced_note()
     if note is not None:
         print(f"eva settings: {note}", file=sys.stderr)
     source = f"read from {args.settings}" if args.settings else "no settings file: the defaults"

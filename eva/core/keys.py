@@ -62,9 +62,9 @@ UNPURGED_COUNTED: Final = b"unpurged_counted"
 log has not been purged of (StreamMeta.unpurged); a data directory written before holds
 records without that count."""
 POSTINGS_BY_BUCKET: Final = b"postings_by_bucket"
-"""The `layout` entry saying that the recall index's keys start with their bucket, and
-that each term lists the buckets that hold it (eva.core.recall_index); a data directory
-written before holds keys that start with the term."""
+"""The `layout` entry saying that the recall index's keys start with their bucket, beside
+a key of no value for each term it holds (eva.core.recall_index); a data directory written
+before holds keys that start with the term."""
 
 _U64 = struct.Struct(">Q")
 _PREFIX = struct.Struct(">QQ")

@@ -348,21 +348,15 @@ class Supervisor:
         Streams whose lines are still being made again wait for the next round.
         """
         store = self.shared.store
-        if not unpurged(store):
+        if not unpurged(store):  # nothing owed: the writer goes on undisturbed
             return None
         async with self.shared.writer.paused():
             done = purge_ready(store)
-            backend = store.backend
-            if isinstance(backend, LmdbBackend) and done.purged:
-                backend.compact()
         if done.waiting:
             self._purge_wanted.set()
-        if not done.purged:
+        if not done.purged or self._data_dir is None:
             return None
-        texts = done.texts
-        if self._data_dir is None:
-            return None
-        scan = prove_erased(store, self._data_dir, texts)
+        scan = prove_erased(store, self._data_dir, done.texts)
         self.last_scan = scan
         if scan.hits:
             log.error(

@@ -33,6 +33,7 @@ from eva.core.state import StreamMeta
 from eva.core.tables import Tables
 from eva.core.terms import terms
 from eva.store.event_store import Batch, EventStore, read_messages, write_batch
+from eva.store.lmdb_kv import LmdbBackend
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,8 +83,8 @@ class PurgeRound:
 
 def purge_ready(store: EventStore) -> PurgeRound:
     """Purge every stream whose deleted and edited texts wait, once its lines are made
-    again (StreamMeta.stale); the data file still holds the old bytes in freed pages
-    until it is compacted."""
+    again (StreamMeta.stale), and compact the data file if any was: LMDB keeps the old
+    bytes in freed pages until then. Nothing else may write meanwhile."""
     texts: list[str] = []
     purged = waiting = 0
     for meta in unpurged(store):
@@ -92,6 +93,9 @@ def purge_ready(store: EventStore) -> PurgeRound:
         else:
             texts += purge_stream(store, StreamId(meta.guild_id, meta.channel_id)).texts
             purged += 1
+    backend = store.backend
+    if purged and isinstance(backend, LmdbBackend):
+        backend.compact()
     return PurgeRound(purged, texts, waiting)
 
 

@@ -96,9 +96,8 @@ def may_fork_beside() -> bool:
 class IndexBeside:
     """The replaying side of the child: send it changes, then ask for its answer."""
 
-    def __init__(self, connection: Connection, process: Any, batches: int) -> None:
+    def __init__(self, connection: Connection, batches: int) -> None:
         self._connection = connection
-        self._process = process
         self._broken = False
         self._ended = False
         self._sent = 0
@@ -152,7 +151,7 @@ def index_beside(
     process.start()
     theirs.close()
     try:
-        yield IndexBeside(ours, process, batches)
+        yield IndexBeside(ours, batches)
     finally:
         ours.close()
         process.join(5.0)
