@@ -53,6 +53,9 @@ def test_a_command_that_needs_no_model_does_not_load_the_model_sdk() -> None:
          "prices of claude-haiku-5-5: Object contains unknown field `bytes_per_tokn`; "
          "did you mean bytes_per_token?"),
         ("[live]\nidle_secs = 3\n", "did you mean idle_seconds?"),
+        # a table header left open, or given twice, is named as such
+        ("[memory]\nquiet_ms = 1\n[memory\n", "line 3 `[memory` is not closed"),
+        ("[memory]\nquiet_ms = 1\n[memory]\n", "[memory] appears more than once"),
         # and values that make no sense, by name
         ('[memory]\ntime_zone = "Nowhere/Zone"\n', "time_zone 'Nowhere/Zone' is no time zone"),
         ('[memory]\ntime_zone = "../../etc/passwd"\n', "is no time zone known here"),

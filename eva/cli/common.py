@@ -90,6 +90,33 @@ def field_hint(error: Exception, kind: type[Any]) -> str:
 UNKNOWN_FIELD = re.compile(r"unknown field `([^`]+)`")
 
 
+TOML_AT_LINE = re.compile(r"\(at line (\d+), column \d+\)")
+
+
+def toml_hint(path: Path, error: tomllib.TOMLDecodeError) -> str:
+    """What a TOML error most likely means, when its line is a table header.
+
+    The parser reads `[memory` as far as the name and may complain that the
+    table is declared twice before it sees the missing `]`.
+    """
+    where = TOML_AT_LINE.search(str(error))
+    if where is None:
+        return ""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return ""
+    number = int(where.group(1))
+    line = lines[number - 1].split("#", 1)[0].strip() if 0 < number <= len(lines) else ""
+    if not line.startswith("["):
+        return ""
+    if not line.endswith("]"):
+        return f"; line {number} `{line}` is not closed: a table is named `{line.rstrip(']')}]`"
+    if "twice" in str(error):
+        return f"; {line} appears more than once: keep one {line} with all of its settings"
+    return ""
+
+
 def read_table(path: Path, table: str) -> dict[str, Any]:
     """The `[table]` of a TOML settings file as plain data ({} when the file has none).
 
@@ -112,7 +139,7 @@ def read_table(path: Path, table: str) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError) as error:
         raise UserError(f"cannot read settings file {path}: {error}") from None
     except tomllib.TOMLDecodeError as error:
-        raise UserError(f"bad settings in {path}: {error}") from None
+        raise UserError(f"bad settings in {path}: {error}{toml_hint(path, error)}") from None
     if not isinstance(data, dict):
         raise UserError(f"bad settings in {path}: [{table}] must be a table")
     return data
