@@ -21,6 +21,7 @@ from test_forget_cli import (  # noqa: F401
 
 from eva.cli.main import main as eva_main
 from eva.core.events import LineWritten, MessagePosted
+from eva.core.forget import person_hash
 from eva.core.keys import StreamId
 from eva.core.render import visible
 from eva.store.event_store import EventStore
@@ -104,8 +105,9 @@ def test_a_person_with_nothing_stored_gets_an_empty_export(
 ) -> None:
     value = export_json(data, capsys, "--user", "555")
     assert value["messages"] == [] and value["lines"] == [] and value["channels"] == []
-    assert eva("export", "--user", "0", data=data) == 1
-    assert "user id" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as usage:
+        eva("export", "--user", "0", data=data)
+    assert usage.value.code == 2 and "is no Discord user id" in capsys.readouterr().err
     assert eva("export", "--user", "555", "--guild", "-1", data=data) == 1
     assert "no channel of guild -1" in capsys.readouterr().err
 
@@ -151,3 +153,36 @@ def test_the_shared_channels_most_active_person(
     theirs = {m["id"] for m in raw["messages"] if int(m["author"]["id"]) == person}
     assert {str(m["message_id"]) for m in value["messages"]} == theirs
     open_backend(data).close()
+
+
+def test_a_person_is_found_by_a_stored_name_and_an_unclear_name_lists_who_it_may_be(
+    data: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    by_id = export_json(data, capsys, "--user", str(ANN))
+    assert export_json(data, capsys, "--user", "ann") == by_id
+    assert export_json(data, capsys, "--user", "@Ann") == by_id
+    # someone else whose name holds Ann: the exact name still means one person
+    store = store_of(data)
+    try:
+        stream = StreamId(9, 1)
+        meta = store.meta(stream)
+        assert meta is not None
+        store.append(stream, [MessagePosted(
+            at_ms=1_900_000_000_000, index=meta.messages, message_id=990_001,
+            author_id=505, author_name="Annika", content="hello from another Ann",
+        )])
+    finally:
+        close(data)
+    assert export_json(data, capsys, "--user", "Ann") == by_id
+    assert eva("export", "--user", "An", data=data) == 1
+    err = capsys.readouterr().err
+    assert "'An' may be 2 people: 101 (Ann: " in err and "505 (Annika: 1 messages)" in err
+    assert eva("export", "--user", "Bob", data=data) == 1
+    err = capsys.readouterr().err
+    assert "nobody" not in err and "named 'Bob'; did you mean Bo?" in err
+    assert "Copy User ID" in err and "Traceback" not in err
+    # forget takes a name too, and forgets whom it names
+    capsys.readouterr()
+    assert eva("forget", "--user", "bo", "--json", data=data) == 0
+    forgets = json.loads(capsys.readouterr().out)["forgets"]
+    assert [f["person_hash"] for f in forgets] == [person_hash(BO)]

@@ -143,8 +143,15 @@ def test_forget_without_user_says_how(data: Path, capsys: pytest.CaptureFixture[
 def test_forget_of_a_bad_id_says_what_an_id_is(
     data: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert eva("forget", "--user", "0", data=data) == 1
-    assert "--user must be a Discord user id (a positive number), not 0" in capsys.readouterr().err
+    before = positions(data)
+    for bad in ("0", "-3"):
+        with pytest.raises(SystemExit) as usage:
+            eva("forget", "--user", bad, data=data)
+        assert usage.value.code == 2
+        assert f"{bad} is no Discord user id (a positive number)" in capsys.readouterr().err
+    assert eva("forget", data=data) == 1
+    assert "Copy User ID" in capsys.readouterr().err
+    assert positions(data) == before
 
 
 def test_forget_of_a_missing_data_directory_says_so(

@@ -5,7 +5,15 @@ import argparse
 
 import msgspec
 
-from eva.cli.common import UserError, add_data_option, add_json_option, open_store, print_json
+from eva.cli.common import (
+    UserError,
+    add_data_option,
+    add_json_option,
+    open_store,
+    print_json,
+    resolve_user,
+    user_id_or_name,
+)
 from eva.core.render import visible
 from eva.memory.person import person_data, summary
 
@@ -22,7 +30,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "With --json, one object whose `messages` and `lines` hold one entry each."
         ),
     )
-    parser.add_argument("--user", type=int, required=True, help="the person's Discord user id")
+    parser.add_argument(
+        "--user", type=user_id_or_name, required=True,
+        help="the person's Discord user id, or a name their stored messages carry",
+    )
     parser.add_argument("--guild", type=int, help="only this guild (default: every guild)")
     add_data_option(parser)
     add_json_option(parser)
@@ -30,12 +41,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.user <= 0:
-        raise UserError(f"--user must be a Discord user id, not {args.user}")
     store = open_store(args.data)
     if args.guild is not None and not any(m.guild_id == args.guild for m in store.streams()):
         raise UserError(f"no channel of guild {args.guild} in this data directory")
-    data = person_data(store, args.user, args.guild)
+    data = person_data(store, resolve_user(store, args.user, args.guild), args.guild)
     if args.json:
         print_json(msgspec.to_builtins(data))
         return 0

@@ -15,6 +15,7 @@ import msgspec
 import trio
 
 from eva.cli.common import (
+    FIND_USER_ID,
     UserError,
     add_data_option,
     add_json_option,
@@ -22,6 +23,8 @@ from eva.cli.common import (
     load_settings,
     open_store,
     print_json,
+    resolve_user,
+    user_id_or_name,
 )
 from eva.core.events import AnyEvent, ForgetBy
 from eva.core.forget import PROOF_MIN_BYTES, person_hash, proof_texts
@@ -58,7 +61,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "bot process uses the data directory."
         ),
     )
-    parser.add_argument("--user", type=int, help="the person's Discord user id")
+    parser.add_argument(
+        "--user", type=user_id_or_name,
+        help="the person's Discord user id, or a name their stored messages carry",
+    )
     parser.add_argument("--guild", type=int, help="only this guild (default: every guild)")
     parser.add_argument(
         "--by", choices=["operator", "self", "moderator"], default="operator",
@@ -115,17 +121,19 @@ def _user_id(text: str) -> int:
 
 def run_forget(args: argparse.Namespace) -> int:
     if args.user is None and not args.resume:
-        raise UserError("say whom to forget with --user ID (or --resume to finish pending ones)")
-    if args.user is not None and args.user <= 0:
-        raise UserError(f"--user must be a Discord user id (a positive number), not {args.user}")
-    if args.user is not None and args.eva_id and args.user == args.eva_id:
+        raise UserError(
+            "say whom to forget with --user ID or --user NAME (or --resume to finish "
+            f"pending ones); {FIND_USER_ID}"
+        )
+    settings = load_settings(args.settings)
+    store = open_store(args.data, write=True)
+    user = None if args.user is None else resolve_user(store, args.user, args.guild)
+    if user is not None and args.eva_id and user == args.eva_id:
         raise UserError(
             "that is Eva's own id: Eva cannot forget herself. Her replies are part of each "
             "channel's memory; a moderator can delete single messages of hers in Discord."
         )
-    settings = load_settings(args.settings)
-    store = open_store(args.data, write=True)
-    asked = None if args.user is None else person_hash(args.user)
+    asked = None if user is None else person_hash(user)
     streams: list[StreamId] = []
     if asked is not None:
         streams = [
@@ -159,7 +167,7 @@ def run_forget(args: argparse.Namespace) -> int:
     if not reports:
         print("no forget was pending")
     for report in reports:
-        print(_describe(report, args.user))
+        print(_describe(report, user))
     return 0
 
 

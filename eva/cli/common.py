@@ -21,6 +21,7 @@ import msgspec
 
 from eva.core.keys import StreamId, parse_stream
 from eva.core.settings import LiveSettings, MemorySettings
+from eva.memory.person import people_named
 from eva.store.event_store import EventStore
 from eva.store.lmdb_kv import open_backend, open_backend_to_read
 from eva.store.writer_lock import WriterBusy
@@ -88,6 +89,52 @@ def field_hint(error: Exception, kind: type[Any]) -> str:
 
 
 UNKNOWN_FIELD = re.compile(r"unknown field `([^`]+)`")
+
+
+FIND_USER_ID = (
+    "a user id is shown in Discord with Developer Mode on (User Settings > Advanced): "
+    "right-click the person and choose Copy User ID"
+)
+
+
+def user_id_or_name(text: str) -> int | str:
+    """--user as given: a Discord user id (a positive number) or a name to look up."""
+    text = text.strip()
+    if text.lstrip("-").isdigit():
+        number = int(text)
+        if number <= 0:
+            raise argparse.ArgumentTypeError(
+                f"{text} is no Discord user id (a positive number) nor a name"
+            )
+        return number
+    if not text:
+        raise argparse.ArgumentTypeError(f"give a Discord user id or a stored name; {FIND_USER_ID}")
+    return text
+
+
+def resolve_user(store: EventStore, given: int | str, guild: int | None = None) -> int:
+    """The user id --user means: the id itself, or the one person a stored name is.
+
+    A name that matches nobody, or several people, is a UserError listing what is
+    known, so that the operator can pick by id.
+    """
+    if isinstance(given, int):
+        return given
+    found, names = people_named(store, given, guild)
+    if len(found) == 1:
+        return found[0].user_id
+    if not found:
+        raise UserError(
+            f"no stored message is by anyone named {given!r}"
+            f"{nearest(given, names) or '.'} Give their user id with --user ID; {FIND_USER_ID}"
+        )
+    shown = "; ".join(
+        f"{p.user_id} ({', '.join(p.names[:3])}: {p.messages} messages)" for p in found[:8]
+    )
+    more = f"; and {len(found) - 8} more" if len(found) > 8 else ""
+    raise UserError(
+        f"{given!r} may be {len(found)} people: {shown}{more}. Give one id with --user ID"
+    )
 
 
 TOML_AT_LINE = re.compile(r"\(at line (\d+), column \d+\)")

@@ -72,6 +72,47 @@ def iso(at_ms: int) -> str:
     return datetime.fromtimestamp(at_ms / 1000, UTC).isoformat(timespec="seconds")
 
 
+class Named(msgspec.Struct, frozen=True, kw_only=True):
+    """A person a name given on the command line can mean."""
+
+    user_id: int
+    names: tuple[str, ...]  # every name their stored messages carry, most used first
+    messages: int
+
+
+def people_named(
+    store: EventStore, name: str, guild: int | None = None
+) -> tuple[list[Named], list[str]]:
+    """Who `name` can mean, and every stored name (for a hint when nobody matches).
+
+    A person matches when one of the names their stored messages carry is `name`,
+    in any case and with or without a leading `@`; when nobody matches so, a person
+    whose name holds `name` does. Deleted messages carry no name worth matching.
+    """
+    wanted = name.strip().removeprefix("@").casefold()
+    counts: dict[int, dict[str, int]] = {}
+    for meta in store.streams():
+        if guild is not None and meta.guild_id != guild:
+            continue
+        stream = StreamId(meta.guild_id, meta.channel_id)
+        for _, message in store.messages(stream, 0, meta.messages):
+            if message.deleted:
+                continue
+            names = counts.setdefault(message.posted.author_id, {})
+            author = message.posted.author_name
+            names[author] = names.get(author, 0) + 1
+    people = [
+        Named(user_id=user_id,
+              names=tuple(sorted(names, key=lambda n: (-names[n], n))),
+              messages=sum(names.values()))
+        for user_id, names in counts.items()
+    ]
+    exact = [p for p in people if any(n.casefold() == wanted for n in p.names)]
+    partial = [p for p in people if any(wanted in n.casefold() for n in p.names)]
+    found = sorted(exact or (partial if wanted else []), key=lambda p: (-p.messages, p.user_id))
+    return found, sorted({n for p in people for n in p.names})
+
+
 def person_data(store: EventStore, user_id: int, guild: int | None = None) -> PersonData:
     """Everything the store keeps about `user_id`, in every channel (or one guild's)."""
     hashed = person_hash(user_id)
