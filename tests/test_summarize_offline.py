@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from eva.core.address import Address
 from eva.core.render import fits, render_message, utf8_size
-from eva.core.salience import Unit, _Chosen, render
+from eva.core.salience import Unit, _Chosen, render, score
 from eva.core.summarize import (
     OFFLINE_MODEL,
     LeafTask,
@@ -146,6 +146,36 @@ def test_offline_merge_keeps_the_facts_and_drops_the_filler() -> None:
     assert "good morning" not in line and "haha" not in line
     assert line.count("Weekly reminder") <= 1 and line.count("…") <= 1  # at most one cut
     assert line.index("Jonas:") < line.index("Dev:")
+
+
+def test_offline_merge_ranks_hashes_code_logs_and_mention_lists_below_what_people_said(
+) -> None:
+    noise = [
+        "Wes: SHA-256: 586fe0766ae138d666331461ae2a7db14fd917c49889f52263dfd5731d305128",
+        "Kai: ```2018-09-08 00:36:10 UpdateTip: new best=095a221ae5a4434180a1b9eff784a52f52 "
+        "height=1000027 log2_work=47.726822 tx=2837427 date=2018-09-08 00:36:05```",
+        "Lu: send it to RJYqnvEhmBknNere9Mu8n3TGLez2ZPPykb or RBErV2jT66Ro87GBWbvVvX26GwmYyL7WGH",
+        "Bot: " + " ".join(f"@Person{n} @Member{n}" for n in range(30)),
+        "Mo: 10 12 14 16 18 20 22 24 26 28 30 32 34 36 38 40 42 44 46 48 50 52 54 56 58",
+    ]
+    said = [
+        "Ann: the meetup is in Neuchatel on June 21, 2018",
+        "Bo: my miner does 1/5 of the hashpower and costs $3k",
+        "Cy: Huobi lists Komodo on February 28 at 14:30",
+        "Dee: we reached 5,000 members",
+    ]
+    for _ in range(3):  # the noise is many times what fits, said or not
+        noise += noise[:5]
+    line = offline_line(MergeTask(
+        address=Address(0, 64), left_text="\n".join(noise), right_text="\n".join(said)
+    ))
+    assert fits(line, 512)
+    for fact in ("Neuchatel", "$3k", "14:30", "5,000"):
+        assert fact in line, (fact, line)
+    assert "@Person29" not in line
+    worst_said = min(score(text.split(": ", 1)[1]) for text in said)
+    for text in noise[:5]:
+        assert score(text.split(": ", 1)[1]) < worst_said, text
 
 
 @pytest.mark.parametrize(

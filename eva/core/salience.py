@@ -4,8 +4,10 @@
 # cut each with "…"; here each utterance is split into clauses (at the ends of sentences,
 # at dashes and around attachments), each clause scored by what makes it worth
 # remembering (numbers, times and amounts, names and other capitalised words inside it,
-# long and rare words, questions; a link or a file's name little), greetings and filler
-# scoring nothing and a speaker's repeats (a bot's weekly reminder) counting once. First
+# long and rare words, questions; a link or a file's name little; code, hashes,
+# addresses and mention lists nothing, and a run of numbers with no words around them
+# no more than one number), greetings and filler scoring nothing and a speaker's
+# repeats (a bot's weekly reminder) counting once. First
 # each speaker's best clause, whole, the speakers who said most first, while they fit;
 # then the best of the rest; what is kept stays in time order and credited by name; room
 # left over takes the best clause that did not fit, cut at a word with one mark. Only
@@ -26,11 +28,17 @@ _CLAUSE_END = re.compile(  # each way starts at white space: (?=\s) turns the re
 )
 _ATTACHMENT = re.compile(r"\[attachment: [^\]]*\]")
 _URL = re.compile(r"https?://\S+")
+_CODE = re.compile(r"```.*?(?:```|$)|`[^`]+`", re.S)
+BLOB_BYTES = 16
+"""A token this long with letters and digits mixed is a hash, an address or a key."""
+_MENTION = re.compile(r"<[@#][!&]?\w+(?:\|[^>]*)?>|@\S+")
 _NUMBER = re.compile(r"\d+(?:[.,:]\d+)?")
 _CAPITALISED = re.compile(r"\s([^\W\d_][\w'\u2019-]*)")  # a word after white space
 _LONG_WORD = re.compile(r"[^\W\d_]{8,}")
+_PLAIN_WORD = re.compile(r"[^\W\d_]{2,}")
 NUMBER_WEIGHT = 4.0
 NAME_WEIGHT = 1.5
+NUMBERS_COUNTED = 4
 ROOM_BYTES = 120
 """A clause's score is divided by 1 + its bytes over this: two short facts beat one long
 line that holds one. The three were chosen on the demo chat (4,000 messages, seed 7) and
@@ -68,17 +76,38 @@ def score(clause: str) -> float:
     links = "http" in words
     if links:
         words = _URL.sub(" ", words)
+    # nor do code, logs, hashes and addresses: their digits are no facts to a reader of
+    # one line, and mentions are names called, one or sixty
+    if "`" in words:
+        words = _CODE.sub(" ", words)
+    words = " ".join(
+        token for token in words.split()
+        if len(token) < BLOB_BYTES or not _is_blob(token)
+    )
+    mentions = 0.0
+    if "@" in words:
+        words, called = _MENTION.subn(" ", words)
+        mentions = 0.5 if called else 0.0
     bare = words.casefold().strip(" .!?,~*:;()")
     if not bare or bare in FILLER or len(bare) < 3:
         return 0.0
-    value = 1.0
-    value += NUMBER_WEIGHT * len(_NUMBER.findall(words))
+    value = 1.0 + mentions
+    # a few numbers among words are facts; forty, or numbers with no words around them,
+    # are a table or a log, worth no more than a few
+    numbers = len(_NUMBER.findall(words))
+    if numbers > 1:
+        numbers = min(numbers, NUMBERS_COUNTED, 1 + len(_PLAIN_WORD.findall(words)))
+    value += NUMBER_WEIGHT * numbers
     value += NAME_WEIGHT * len([w for w in _CAPITALISED.findall(f" {words}") if w[0].isupper()][1:])
     value += 0.5 * len(_LONG_WORD.findall(words))
     value += 1.0 if "?" in words else 0.0
     if links or "http" in clause:
         value += 0.5 * len(_URL.findall(clause))
     return value / (1.0 + len(clause) / ROOM_BYTES)  # a long clause must earn its room
+
+
+def _is_blob(token: str) -> bool:
+    return any(c.isdigit() for c in token) and any(c.isalpha() for c in token)
 
 
 _WORD_CHARACTER = re.compile(r"[^\W_]")
