@@ -96,8 +96,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default="info",
         help="how much to log, to standard error (default info)",
     )
-    run.add_argument("--rest-url", default=None, help=argparse.SUPPRESS)  # tests: a fake Discord
-    run.add_argument("--anthropic-url", default=None, help=argparse.SUPPRESS)
+    run.add_argument(
+        "--rest-url", default=None, metavar="URL",
+        help="Discord's REST API at URL instead of Discord's own, e.g. the fake Discord "
+        "that eva fake-discord serves to try Eva in (the gateway's address is asked of it)",
+    )
+    run.add_argument(
+        "--anthropic-url", default=None, metavar="URL",
+        help="the Messages API at URL instead of Anthropic's own (a proxy, or a fake)",
+    )
     run.set_defaults(run=run_run)
 
 

@@ -42,6 +42,7 @@ COMMANDS: dict[str, str] = {
     "settings": "eva.cli.cmd_settings",
     "invite": "eva.cli.cmd_invite",
     "run": "eva.cli.cmd_run",
+    "fake-discord": "eva.cli.cmd_fake_discord",
 }
 """Each command and the module that registers it. Only the module of the command given is
 imported: some pull in the model SDK, which takes seconds to load, and a forget's promise or

@@ -269,6 +269,8 @@ class Interactions(Messages):
             self._followups.append(Followup(token, "edit", which, body))
         keys = ("content", "embeds", "components", "allowed_mentions")
         changes = {k: v for k, v in body.items() if k in keys}
+        if "attachments" in body:
+            changes["attachments"] = self._attachments(body["attachments"])
         old_flags = int(self._messages[mid].get("flags") or 0)
         changes["flags"] = old_flags & ~MESSAGE_FLAG_LOADING
         msg = self._edit(mid, changes)

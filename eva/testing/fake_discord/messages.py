@@ -225,6 +225,7 @@ class Messages(Gateway):
             reference=_reference_id(body.get("message_reference")),
             extra={
                 "embeds": body.get("embeds") or [],
+                "attachments": self._attachments(body.get("attachments")),
                 "components": _numbered(body.get("components")),
                 "flags": int(body.get("flags") or 0),
                 "tts": bool(body.get("tts", False)),
@@ -237,6 +238,17 @@ class Messages(Gateway):
         with self._lock:
             self._bot_messages.append(int(msg["id"]))
         return msg
+
+    def _attachments(self, sent: Any) -> list[JSON]:
+        """The attachments of a message the bot sends, as Discord gives them back."""
+        made = []
+        for attachment in sent if isinstance(sent, list) else []:
+            aid = self._ids.next()
+            name = str(attachment.get("filename") or "file")
+            url = f"{self.url}/attachments/{aid}/{name}"
+            made.append({"id": str(aid), "filename": name, "url": url, "proxy_url": url,
+                         "size": int(attachment.get("size") or 0)})
+        return made
 
     def _mentioned(self, content: str, allowed: Any) -> list[User]:
         ids = [int(m) for m in re.findall(r"<@!?(\d+)>", content)]

@@ -325,12 +325,14 @@ _ROUTES: list[tuple[str, str, _Handler, bool]] = [  # method, path regex, handle
 
 
 async def _read_body(request: web.Request) -> tuple[Any, tuple[str, ...]]:
-    """JSON body, or multipart/form-data with payload_json (+ files, names kept)."""
+    """JSON body, or multipart/form-data with payload_json (+ files, names kept; each
+    attachment the payload lists gets the `size` of its file, as Discord measures it)."""
     if not request.can_read_body:
         return None, ()
     if request.content_type.startswith("multipart/"):
         body: Any = None
         files: list[str] = []
+        sizes: list[int] = []
         reader = await request.multipart()
         while (part := await reader.next()) is not None:
             if not isinstance(part, BodyPartReader):  # nested multipart: not sent by hikari
@@ -338,9 +340,13 @@ async def _read_body(request: web.Request) -> tuple[Any, tuple[str, ...]]:
             if part.name == "payload_json":
                 body = json.loads(await part.read(decode=True))
             else:
-                await part.read()
+                sizes.append(len(await part.read()))
                 files.append(part.filename or part.name or "")
         request[_FILES] = tuple(files)
+        if isinstance(body, dict) and isinstance(body.get("attachments"), list):
+            for attachment, size in zip(body["attachments"], sizes, strict=False):
+                if isinstance(attachment, dict):
+                    attachment["size"] = size
         return body, tuple(files)
     raw = await request.read()
     if not raw:

@@ -110,11 +110,16 @@ class FakeDiscord(Rest):
     # ----------------------------------------------------------------- serving
 
     @contextlib.contextmanager
-    def serve(self) -> Iterator[FakeDiscord]:
-        """Run the server in a thread with its own loop until the block ends."""
+    def serve(self, port: int = 0) -> Iterator[FakeDiscord]:
+        """Run the server in a thread with its own loop until the block ends, on loopback
+        `port` (0: any free one; `self.port` says which)."""
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", 0))
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            sock.close()
+            raise
         self.port = sock.getsockname()[1]
         # A plain selector loop, not asyncio.new_event_loop(): under trio-asyncio the policy
         # refuses to make loops from inside trio (and it would be the wrong kind anyway).
