@@ -7,6 +7,7 @@ tmp_path, holding a built memory of three people's messages. Every wait has a ti
 
 from __future__ import annotations
 
+import gzip
 import logging
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import hikari
+import msgspec
 import pytest
 import trio
 import trio_asyncio  # type: ignore[import-untyped]
@@ -352,6 +354,41 @@ async def test_my_data_answers_with_a_file_only_the_asker_sees(tmp_path: Path) -
     bobs = len(world.said[world.bob.id])
     assert f"user {world.bob.id} " in content and f"{bobs} messages" in content
     assert [r.files for r in edits if r.files] == [(f"eva-data-{world.bob.id}.json",)]
+
+
+async def test_my_data_too_large_for_one_file_comes_in_parts_each_within_the_limit(
+    tmp_path: Path,
+) -> None:
+    async with running(tmp_path) as world:
+        world.fake.upload_limit = limit = 1_000  # what the interaction says, and enforces
+        sent = world.command(world.bob, "my-data")
+        content = await world.edited(sent, lambda text: "What I keep about you" in text)
+        files = int(content.split("The ", 1)[1].split()[0])  # "The N files sent here"
+        await wait_until(  # every file after the first comes in a message of its own
+            lambda: len(world.fake.requests("POST", f"/webhooks/*/{sent['token']}")) == files - 1,
+            sleep=trio.sleep, within=10,
+        )
+        uploads = [
+            (name, data)
+            for request in world.fake.requests(None, f"/webhooks/*/{sent['token']}*")
+            for name, data in zip(request.files, request.contents, strict=True)
+        ]
+    assert 3 <= len(uploads) <= 10 and all(len(data) <= limit for _, data in uploads)
+    assert f"The {len(uploads)} files sent here" in content
+    parts = [msgspec.json.decode(gzip.decompress(data)) for _, data in uploads]
+    assert [(p["part"], p["parts"]) for p in parts] == [(n, len(uploads)) for n in
+                                                      range(1, len(uploads) + 1)]
+    assert [name for name, _ in uploads] == [
+        f"eva-data-{world.bob.id}-{n}-of-{len(uploads)}.json.gz" for n in range(1, len(uploads) + 1)
+    ]
+    theirs = sorted(m["content"].split()[0] for p in parts for m in p["messages"])
+    assert theirs == sorted(world.said[world.bob.id])
+    lines = [line for p in parts for line in p["lines"]]
+    assert lines and any(line["others"] for line in lines)
+    others = world.said[world.alice.id] + world.said[world.carol.id]
+    assert not any(mark in line["text"] for line in lines for mark in others)
+    assert all(line["text"].startswith("bob: ") or not line["text"] for line in lines
+               if line["others"])
 
 
 async def test_privacy_answers_ephemerally(tmp_path: Path) -> None:

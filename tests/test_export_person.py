@@ -7,6 +7,7 @@ import shutil
 from collections import Counter
 from pathlib import Path
 
+import msgspec
 import pytest
 from test_forget_cli import (  # noqa: F401
     BO,
@@ -186,3 +187,36 @@ def test_a_person_is_found_by_a_stored_name_and_an_unclear_name_lists_who_it_may
     assert eva("forget", "--user", "bo", "--json", data=data) == 0
     forgets = json.loads(capsys.readouterr().out)["forgets"]
     assert [f["person_hash"] for f in forgets] == [person_hash(BO)]
+
+
+def test_their_part_of_a_line_is_what_it_says_they_said() -> None:
+    from eva.core.their_part import their_part
+
+    line = "Ann: the cabin is 2,940 NOK / Bo: I book the ferry / ann: June 14 it is / Cy: ok"
+    assert their_part(line, {"Ann"}) == "Ann: the cabin is 2,940 NOK / ann: June 14 it is"
+    assert their_part(line, {"Bo", "Bob"}) == "Bo: I book the ferry"
+    assert their_part("the group met and agreed to go", {"Ann"}) == ""
+    assert their_part(line, set()) == ""
+
+
+def test_data_files_fit_the_limit_whole_compressed_or_in_parts() -> None:
+    import gzip
+
+    from eva.memory.person import MOST_FILES, PersonData, PersonMessage, data_files
+
+    data = PersonData(user_id=7, person_hash="h", messages=[
+        PersonMessage(channel="1/2", channel_name="general", index=i, message_id=100 + i,
+                      at="2026-01-01T00:00:00+00:00", content=f"message {i} " + "x" * (i % 97))
+        for i in range(400)
+    ])
+    [(name, whole)] = data_files(data, "eva-data-7", 1 << 20)
+    assert name == "eva-data-7.json" and msgspec.json.decode(whole)["user_id"] == 7
+    [(name, packed)] = data_files(data, "eva-data-7", len(whole) - 1)  # type: ignore[misc]
+    assert name == "eva-data-7.json.gz" and len(packed) < len(whole)
+    assert msgspec.json.decode(gzip.decompress(packed)) == msgspec.json.decode(whole)
+    parts = data_files(data, "eva-data-7", len(packed) // 3)
+    assert parts is not None and 3 <= len(parts) <= MOST_FILES
+    assert all(len(content) <= len(packed) // 3 for _, content in parts)
+    decoded = [msgspec.json.decode(gzip.decompress(content)) for _, content in parts]
+    assert [m["index"] for d in decoded for m in d["messages"]] == list(range(400))
+    assert data_files(data, "eva-data-7", 100) is None  # not even in MOST_FILES parts

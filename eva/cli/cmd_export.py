@@ -26,7 +26,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "Print one person's data as Eva keeps it: every stored message of theirs, every "
             "line of the memory whose authors include them (with its address and dates), "
             "and the records that concern them (forgets, Eva's replies to them). Nobody "
-            "else's messages are included; a line may quote others, as the memory does. "
+            "else's words are included: of a line that credits others too, only what it "
+            "says this person said. "
             "With --json, one object whose `messages` and `lines` hold one entry each."
         ),
     )
@@ -57,8 +58,10 @@ def run(args: argparse.Namespace) -> int:
     if data.lines:
         print("lines of Eva's memory that credit them:")
     for line in data.lines:
-        print(f"{line.channel} {line.address} {line.first[:10]}..{line.last[:10]} "
-              f"{visible(line.text)}")
+        text = visible(line.text) if line.text else "(no words in it are named as theirs)"
+        plural = "s" if line.others != 1 else ""
+        others = f" [with {line.others} other{plural}]" if line.others else ""
+        print(f"{line.channel} {line.address} {line.first[:10]}..{line.last[:10]}{others} {text}")
     if data.records:
         print("records that concern them:")
     for record in data.records:

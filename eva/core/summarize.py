@@ -171,6 +171,11 @@ def _pieces(text: str) -> list[_Piece]:
     return pieces
 
 
+def speaker_pieces(text: str) -> list[tuple[str | None, str]]:
+    """A line's utterances as (speaker, words), by the rule of `_pieces` (None: unnamed)."""
+    return [(piece.name, piece.body) for piece in _pieces(text)]
+
+
 def _join_neighbours(pieces: Sequence[_Piece]) -> list[_Piece]:
     """Pieces with consecutive utterances of one speaker joined into one."""
     joined: list[_Piece] = []

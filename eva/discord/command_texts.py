@@ -197,10 +197,29 @@ def _size(size: int) -> str:
     return f"{size} bytes" if size < 1024 else f"{size / 1024:.1f} KiB"
 
 
-def my_data(summary: str) -> str:
-    """The answer to /my-data, beside the file that holds the data."""
+def my_data(summary: str, files: int = 1) -> str:
+    """The answer to /my-data, beside the first file that holds the data."""
+    where = "The attached file holds" if files == 1 else (
+        f"The {files} files sent here (this one and the next {files - 1}, each compressed "
+        "with gzip) hold"
+    )
     return (
-        f"What I keep about you here: {summary}. The attached file holds every message of "
-        "yours I have stored and every line of my memory that credits you, with its dates. "
-        "Only you can see this. `/forget-me` erases it all."
+        f"What I keep about you here: {summary}. {where} every message of yours I have "
+        "stored and every line of my memory that credits you, with its dates; of a line "
+        "that credits others too, only what it says you said. Only you can see this. "
+        "`/forget-me` erases it all."
+    )
+
+
+def my_data_part(name: str) -> str:
+    """Beside each file of /my-data after the first."""
+    return f"More of what I keep about you: {name}."
+
+
+def my_data_too_large(summary: str) -> str:
+    """/my-data when even its parts are larger than Discord takes."""
+    return (
+        f"What I keep about you here: {summary}. That is more than Discord lets me send "
+        "as files; whoever runs me can give it to you whole (`eva export`). `/forget-me` "
+        "erases it all."
     )

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Final, Literal, Protocol, TypeVar
 
 import hikari
-import msgspec
+import trio
 
 from eva.core.events import ForgetBy
 from eva.core.keys import StreamId
@@ -29,7 +29,7 @@ from eva.discord.mapping import stream_of
 from eva.live.inputs import Recall, Zoom
 from eva.live.supervisor import Supervisor
 from eva.memory.forget import ErasureFailed, ForgetReport
-from eva.memory.person import person_data, summary
+from eva.memory.person import PersonData, data_files, person_data, summary
 from eva.memory.view import RowText, Zoomed, ZoomError, channel_zone, row_lines, tail_messages
 from eva.store.event_store import EventStore
 
@@ -46,6 +46,10 @@ MY_DATA: Final = "my-data"
 FORGET_MEMBER: Final = "forget-member"
 BACKFILL: Final = "backfill"
 # Registered as the default for moderators' commands; either permission passes the check.
+UPLOAD_LIMIT_BYTES = 10 * 1024 * 1024
+"""Discord's default limit on each file a message carries, 10 MiB since 2025-01-16; an
+interaction gives the limit where it is asked (`attachment_size_limit`, larger in a
+boosted server). Checked in Discord's API reference, "Uploading Files", 2026-12-07."""
 MODERATOR_DEFAULT = hikari.Permissions.MANAGE_MESSAGES
 MODERATOR_ANY = hikari.Permissions.MANAGE_MESSAGES | hikari.Permissions.ADMINISTRATOR
 ROW_ENDS = 3  # /memory shows this many row entries from each end
@@ -218,6 +222,15 @@ class _Answer:
             role_mentions=False,
         )
 
+    async def follow(self, text: str, attachment: hikari.Resourceish) -> None:
+        """One more ephemeral message with a file, after the answer."""
+        inter = self.interaction
+        await inter.app.rest.execute_webhook(
+            inter.application_id, inter.token, text, attachment=attachment,
+            flags=hikari.MessageFlag.EPHEMERAL, mentions_everyone=False, user_mentions=False,
+            role_mentions=False,
+        )
+
     async def defer(self) -> None:
         """Say that the answer comes later (Discord shows "thinking")."""
         self.started = True
@@ -299,12 +312,20 @@ async def _command(
                 await answer.say(ask, [_buttons(FORGET_MEMBER, user, target)])
         case "my-data":
             await answer.defer()
-            data = await _read(context, lambda: person_data(context.store, user, stream.guild_id))
-            document = msgspec.json.format(msgspec.json.encode(data), indent=2)
-            await answer.say(
-                texts.my_data(summary(data)),
-                attachment=hikari.Bytes(document, f"eva-data-{user}.json"),
+            limit = getattr(inter, "attachment_size_limit", None) or UPLOAD_LIMIT_BYTES
+            data, files = await context.run_trio(
+                lambda: trio.to_thread.run_sync(_my_data, context.store, user, stream, limit)
             )
+            if files is None:
+                await answer.say(texts.my_data_too_large(summary(data)))
+                return
+            (first, content), *more = files
+            await answer.say(
+                texts.my_data(summary(data), len(files)),
+                attachment=hikari.Bytes(content, first),
+            )
+            for name, content in more:
+                await answer.follow(texts.my_data_part(name), hikari.Bytes(content, name))
         case "memory":
             await answer.say(await _memory(context, stream))
         case "recall":
@@ -332,6 +353,15 @@ def _option(inter: hikari.CommandInteraction, name: str) -> str | int | float | 
 def may_moderate(member: hikari.InteractionMember | None) -> bool:
     """Whether a member may use the moderators' commands here."""
     return member is not None and bool(member.permissions & MODERATOR_ANY)
+
+
+def _my_data(
+    store: EventStore, user: int, stream: StreamId, limit: int
+) -> tuple[PersonData, list[tuple[str, bytes]] | None]:
+    """/my-data's data and its files, read in a worker thread: a long history takes
+    seconds, which the bot's loop must not wait through."""
+    data = person_data(store, user, stream.guild_id)
+    return data, data_files(data, f"eva-data-{user}", limit)
 
 
 async def _read(context: CommandContext, read: Callable[[], T]) -> T:

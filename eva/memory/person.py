@@ -2,12 +2,15 @@
 # records that concern them (forgets, Eva's replies to them).
 #
 # Shell: reads the store, channel by channel, in short transactions. It never gives
-# anyone else's message text: only the person's own messages, and the lines whose authors
-# include them (a line may quote others, as Eva's memory does). While a forget of the
-# person is under way their words are withheld here too.
+# anyone else's words: only the person's own messages, and the lines whose authors
+# include them, whole when they credit the person alone and else only what they say
+# the person said (eva.core.their_part). While a forget of the person is under way
+# their words are withheld here too. `data_files` sizes the result for Discord.
 from __future__ import annotations
 
+import gzip
 from datetime import UTC, datetime
+from typing import TypeVar
 
 import msgspec
 
@@ -24,7 +27,10 @@ from eva.core.events import (
 )
 from eva.core.forget import person_hash
 from eva.core.keys import StreamId
+from eva.core.their_part import their_part
 from eva.store.event_store import EventStore
+
+T = TypeVar("T")
 
 
 class PersonMessage(msgspec.Struct, frozen=True, kw_only=True):
@@ -43,8 +49,9 @@ class PersonLine(msgspec.Struct, frozen=True, kw_only=True):
     address: str
     first: str
     last: str
-    text: str
+    text: str  # the whole line when it credits them alone, else only what it says they said
     how: str
+    others: int = 0  # how many other people the line credits (their words left out)
 
 
 class PersonRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -66,6 +73,8 @@ class PersonData(msgspec.Struct, kw_only=True):
     records: list[PersonRecord] = msgspec.field(default_factory=list)
     deleted_messages: int = 0  # deleted or erased: counted, never shown
     withheld_channels: list[str] = msgspec.field(default_factory=list)  # a forget under way
+    part: int = 1  # of `parts`, when the data is sent in several files
+    parts: int = 1
 
 
 def iso(at_ms: int) -> str:
@@ -124,6 +133,7 @@ def person_data(store: EventStore, user_id: int, guild: int | None = None) -> Pe
         channel = f"{stream.guild_id}/{stream.channel_id}"
         withheld = hashed in meta.forgetting
         theirs: set[int] = set()
+        names: set[str] = set()
         found = False
         for index, message in store.messages(stream, 0, meta.messages):
             if message.posted.author_id != user_id:
@@ -133,6 +143,7 @@ def person_data(store: EventStore, user_id: int, guild: int | None = None) -> Pe
                 data.deleted_messages += 1
                 continue
             theirs.add(message.posted.message_id)
+            names.add(message.posted.author_name)
             if withheld:
                 continue
             data.messages.append(
@@ -154,7 +165,7 @@ def person_data(store: EventStore, user_id: int, guild: int | None = None) -> Pe
             for start, size in sorted(credited):
                 line = store.line(stream, start, size)
                 if line is not None and user_id in line.authors:
-                    data.lines.append(_line(channel, line))
+                    data.lines.append(_line(channel, line, user_id, names))
         data.records.extend(records)
         if found or records:
             data.channels.append(channel)
@@ -189,14 +200,57 @@ def _records_and_lines(
     return records, credited
 
 
-def _line(channel: str, line: LineWritten) -> PersonLine:
+def _line(channel: str, line: LineWritten, user_id: int, names: set[str]) -> PersonLine:
+    others = len(set(line.authors) - {user_id})
     return PersonLine(
         channel=channel,
         address=format_address(Address(line.start, line.size)),
         first=iso(line.first_ms),
         last=iso(line.last_ms),
-        text=line.text,
+        text=their_part(line.text, names) if others else line.text,
         how=line.how,
+        others=others,
+    )
+
+
+MOST_FILES = 10
+"""The most files one person's data is sent in; past that it is too large for Discord."""
+
+
+def data_files(data: PersonData, stem: str, limit: int) -> list[tuple[str, bytes]] | None:
+    """The person's data as files of at most `limit` bytes each: one JSON file when it
+    fits, else the same compressed with gzip, else the messages and lines dealt into
+    parts of one gzip file each, the records and figures in the first (None when even
+    MOST_FILES parts are too large)."""
+    document = msgspec.json.format(msgspec.json.encode(data), indent=2)
+    if len(document) <= limit:
+        return [(f"{stem}.json", document)]
+    for parts in range(1, MOST_FILES + 1):
+        files = [
+            (f"{stem}.json.gz" if parts == 1 else f"{stem}-{part + 1}-of-{parts}.json.gz",
+             gzip.compress(msgspec.json.encode(_part(data, part, parts)), mtime=0))
+            for part in range(parts)
+        ]
+        if all(len(content) <= limit for _, content in files):
+            return files
+    return None
+
+
+def _part(data: PersonData, part: int, parts: int) -> PersonData:
+    """Part `part` (from 0) of `parts`: an equal share of the messages and of the lines."""
+    if parts == 1:
+        return data
+
+    def share(items: list[T]) -> list[T]:
+        return items[len(items) * part // parts : len(items) * (part + 1) // parts]
+
+    return msgspec.structs.replace(
+        data,
+        messages=share(data.messages),
+        lines=share(data.lines),
+        records=data.records if part == 0 else [],
+        part=part + 1,
+        parts=parts,
     )
 
 

@@ -162,7 +162,7 @@ class Interactions(Messages):
             "entitlements": [],
             "authorizing_integration_owners": {"0": str(guild_id)},
             "context": 0,
-            "attachment_size_limit": 26_214_400,
+            "attachment_size_limit": self.upload_limit,
         }
         if message is not None:
             payload["message"] = _rest_form(self._messages.get(int(message["id"]), message))

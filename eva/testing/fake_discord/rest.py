@@ -21,7 +21,7 @@ from typing import Any
 from aiohttp import BodyPartReader, web
 
 from eva.testing.fake_discord.interactions import Interactions
-from eva.testing.fake_discord.state import _FILES
+from eva.testing.fake_discord.state import _FILE_CONTENTS, _FILES
 from eva.testing.fake_discord.world import API_PREFIX, JSON, _rest_form
 
 
@@ -128,11 +128,14 @@ class Rest(Interactions):
             self.rest_in_flight -= 1
 
     async def _answer_rest(self, request: web.Request) -> web.StreamResponse:
-        body, files = await _read_body(request)
+        body, files, contents = await _read_body(request)
+        largest = max(map(len, contents), default=0)
         path = request.path
         if path.startswith(API_PREFIX):
             path = path[len(API_PREFIX) :]
         failure = self._take_failure(request.method, path)
+        if failure is None and largest > self.upload_limit:  # as Discord refuses it
+            failure = 413, {"message": "Request entity too large", "code": 40005}, {}
         if failure is not None:
             status, out, headers = failure
             self._record(request, path, body, files, status, "scripted")
@@ -324,15 +327,16 @@ _ROUTES: list[tuple[str, str, _Handler, bool]] = [  # method, path regex, handle
 ]
 
 
-async def _read_body(request: web.Request) -> tuple[Any, tuple[str, ...]]:
+async def _read_body(request: web.Request) -> tuple[Any, tuple[str, ...], tuple[bytes, ...]]:
     """JSON body, or multipart/form-data with payload_json (+ files, names kept; each
-    attachment the payload lists gets the `size` of its file, as Discord measures it)."""
+    attachment the payload lists gets the `size` of its file, as Discord measures it),
+    and the files' contents."""
     if not request.can_read_body:
-        return None, ()
+        return None, (), ()
     if request.content_type.startswith("multipart/"):
         body: Any = None
         files: list[str] = []
-        sizes: list[int] = []
+        contents: list[bytes] = []
         reader = await request.multipart()
         while (part := await reader.next()) is not None:
             if not isinstance(part, BodyPartReader):  # nested multipart: not sent by hikari
@@ -340,18 +344,19 @@ async def _read_body(request: web.Request) -> tuple[Any, tuple[str, ...]]:
             if part.name == "payload_json":
                 body = json.loads(await part.read(decode=True))
             else:
-                sizes.append(len(await part.read()))
+                contents.append(bytes(await part.read()))
                 files.append(part.filename or part.name or "")
         request[_FILES] = tuple(files)
+        request[_FILE_CONTENTS] = tuple(contents)
         if isinstance(body, dict) and isinstance(body.get("attachments"), list):
-            for attachment, size in zip(body["attachments"], sizes, strict=False):
+            for attachment, content in zip(body["attachments"], contents, strict=False):
                 if isinstance(attachment, dict):
-                    attachment["size"] = size
-        return body, tuple(files)
+                    attachment["size"] = len(content)
+        return body, tuple(files), tuple(contents)
     raw = await request.read()
     if not raw:
-        return None, ()
+        return None, (), ()
     try:
-        return json.loads(raw), ()
+        return json.loads(raw), (), ()
     except ValueError:
-        return raw.decode(errors="replace"), ()
+        return raw.decode(errors="replace"), (), ()

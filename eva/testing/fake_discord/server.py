@@ -42,6 +42,7 @@ class FakeDiscord(Rest):
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.echo_bot_messages = echo_bot_messages
         self.max_concurrency = max_concurrency
+        self.upload_limit = 10 * 1024 * 1024  # bytes a file may hold; more is refused (413)
         self._ids = _Snowflakes()
         self.bot_user = User(self._ids.next(), bot_name, bot=True)
         self.application_id = self.bot_user.id

@@ -34,10 +34,13 @@ class Request:
     files: tuple[str, ...]  # multipart file names
     status: int
     route: str | None  # the fake's route regex, "scripted" for a scripted failure, None: unknown
+    contents: tuple[bytes, ...] = ()  # the multipart files' bytes, in the order of `files`
 
 
 _FILES = web.RequestKey("fake_discord_files", tuple[str, ...])
 """The names of the files a multipart request carried (set by the REST part as it reads it)."""
+_FILE_CONTENTS = web.RequestKey("fake_discord_file_contents", tuple[bytes, ...])
+"""Their bytes, in the same order."""
 
 
 class DiscordState:
@@ -57,6 +60,7 @@ class DiscordState:
     _requests: list[Request]
     _errors: list[BaseException]
     rest_in_flight: int
+    upload_limit: int
     _loop: asyncio.AbstractEventLoop | None
     _thread: threading.Thread | None
     port: int
@@ -112,6 +116,7 @@ class DiscordState:
             files,
             status,
             route,
+            request.get(_FILE_CONTENTS, ()),
         )
         with self._lock:
             self._requests.append(rec)
