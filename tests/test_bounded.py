@@ -36,6 +36,8 @@ from eva.memory.publish import MeasuredLines
 from eva.store import lmdb_kv
 from eva.store import replay as replay_module
 from eva.store.event_store import EventStore
+from eva.store.key_binding import bind
+from eva.store.key_store import open_key_store
 from eva.store.replay import replay_stream
 
 MESSAGES = 6000
@@ -91,6 +93,7 @@ def imported_in_one_transaction(data: Path, raw: bytes) -> None:
     event appended in one transaction."""
     export = parse_export(raw)
     store = EventStore(lmdb_kv.open_backend(data))
+    bind(store, open_key_store(create=True), write=True)  # as a command binds it
     store.append(export.stream, export_events(export, None, lambda _: None))
 
 

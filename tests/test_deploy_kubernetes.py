@@ -140,6 +140,16 @@ def test_the_secrets_come_from_a_secret_and_the_settings_parse(
         assert env[name]["valueFrom"]["secretKeyRef"]["key"] == name
     assert env["ANTHROPIC_API_KEY"]["valueFrom"]["secretKeyRef"]["optional"] is True
     assert not env["DISCORD_TOKEN"]["valueFrom"]["secretKeyRef"].get("optional", False)
+    # one master key for every pod and the reshard job: one key store, outside the data
+    master = env["EVA_MASTER_KEY"]["valueFrom"]["secretKeyRef"]
+    assert master["key"] == "EVA_MASTER_KEY" and not master.get("optional", False)
+    keys = only([m for m in container["volumeMounts"]
+                 if m["mountPath"] == env["EVA_KEYS"]["value"]])
+    assert not Path(keys["mountPath"]).is_relative_to(args.data)
+    job = only(kube["Job"]["spec"]["template"]["spec"]["containers"])
+    job_env = {e["name"]: e for e in job["env"]}
+    assert job_env["EVA_MASTER_KEY"] == env["EVA_MASTER_KEY"]
+    assert any(m["mountPath"] == job_env["EVA_KEYS"]["value"] for m in job["volumeMounts"])
     pod = kube["StatefulSet"]["spec"]["template"]["spec"]
     configmap = kube["ConfigMap"]
     volume = only([v for v in pod["volumes"] if "configMap" in v])
@@ -171,7 +181,8 @@ def test_the_reshard_job_mounts_each_shards_volume_where_eva_reshard_reads_it(
     assert container["image"] == only(sts["spec"]["template"]["spec"]["containers"])["image"]
     args = parsed("reshard", container["args"])
     mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
-    claims = {v["name"]: v["persistentVolumeClaim"]["claimName"] for v in pod["volumes"]}
+    claims = {v["name"]: v["persistentVolumeClaim"]["claimName"] for v in pod["volumes"]
+              if "persistentVolumeClaim" in v}
     template = only(sts["spec"]["volumeClaimTemplates"])
     # Shard i's directory is the volume of pod i, named as the StatefulSet names its claims.
     assert len(args.dirs) == args.shard_count

@@ -12,16 +12,18 @@ from pathlib import Path
 
 import pytest
 import trio
+from conftest import keyed_hash
 from test_forget import PEOPLE, SETTINGS, chat, marker, markers_in_files
 
 from eva.cli.main import main as eva_main
 from eva.core.events import MessageDeleted, MessagePosted
-from eva.core.forget import person_hash
 from eva.core.keys import StreamId
 from eva.core.summarize import OfflineSummarizer
 from eva.core.tables import Tables
 from eva.memory.build import Memory
 from eva.store.event_store import EventStore
+from eva.store.key_binding import bind
+from eva.store.key_store import open_key_store
 from eva.store.lmdb_kv import open_backend
 
 GUILD_9 = (StreamId(9, 1), StreamId(9, 2))
@@ -59,6 +61,7 @@ def markers_of(person: int, streams: tuple[StreamId, ...] = (*GUILD_9, QUIET)) -
 
 async def build(data: Path) -> None:
     store = EventStore(open_backend(data))
+    bind(store, open_key_store(create=True), write=True)  # as the command that made it would
     try:
         for stream in (*GUILD_9, QUIET):
             store.append(stream, posts_of(stream))
@@ -167,7 +170,7 @@ def test_forgetting_twice_is_harmless_and_says_nothing_to_forget(
     assert eva("forget", "--user", str(BO), data=data) == 0
     first = capsys.readouterr().out
     erased = len(markers_of(BO))
-    assert f"forgot person {person_hash(BO)} in 2 channels: {erased} messages erased" in first
+    assert f"forgot person {keyed_hash(BO)} in 2 channels: {erased} messages erased" in first
     assert ": 0 found" in first
     after_first = positions(data)
     assert eva("forget", "--user", str(BO), data=data) == 0
@@ -185,7 +188,7 @@ def test_forget_json_is_one_object_with_the_report(
     out = capsys.readouterr().out
     assert out.count("\n") == 1
     (report,) = json.loads(out)["forgets"]
-    assert report["person_hash"] == person_hash(BO)
+    assert report["person_hash"] == keyed_hash(BO)
     assert report["channels"] == ["9/1", "9/2"]
     assert report["messages_erased"] == len(markers_of(BO))
     assert report["lines_remade"] > report["messages_erased"]
@@ -343,7 +346,7 @@ def test_words_found_in_a_foreign_file_keep_the_forget_pending_until_the_file_is
     assert eva("audit", "9/1", data=data) == 0
     audit = capsys.readouterr().out
     assert "not proven" in audit
-    assert f"forget requested for person {person_hash(BO)} (operator)" in audit
+    assert f"forget requested for person {keyed_hash(BO)} (operator)" in audit
 
     notes.unlink()
     assert eva("forget", "--resume", data=data) == 0

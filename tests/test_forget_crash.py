@@ -27,6 +27,7 @@ from typing import Any
 import msgspec
 import pytest
 import trio
+from conftest import keyed_hash
 from forget_child import NOT_REACHED, STEPS
 from killing import child_env
 from test_forget import PEOPLE, SETTINGS, STREAMS, chat, marker, markers_in_files
@@ -34,7 +35,6 @@ from test_forget import PEOPLE, SETTINGS, STREAMS, chat, marker, markers_in_file
 from eva.cli.main import main as eva_main
 from eva.core import keys
 from eva.core.events import ForgetApplied, ForgetRequested, MessagesErased
-from eva.core.forget import person_hash
 from eva.core.keys import StreamId
 from eva.core.summarize import OfflineSummarizer
 from eva.memory.build import Memory
@@ -162,7 +162,7 @@ def test_a_killed_forget_resumes_to_the_uninterrupted_end(
     forgetting = [meta.forgetting for meta in EventStore(open_backend(data)).streams()]
     open_backend(data).close()
     # The kill left work to do: the forget is pending in every channel it touches.
-    assert forgetting == [[person_hash(FORGOTTEN)]] * len(STREAMS)
+    assert forgetting == [[keyed_hash(FORGOTTEN)]] * len(STREAMS)
 
     assert eva("forget", "--resume", "--settings", settings, data=data) == 0
 
@@ -182,9 +182,14 @@ def test_a_killed_forget_resumes_to_the_uninterrupted_end(
 
 def test_the_reference_forget_erased_the_person(reference: dict[str, Any]) -> None:
     forgotten = {p: PEOPLE[p] for p in PEOPLE if p == FORGOTTEN}
+    posted = [p for stream in STREAMS for p in chat(stream, MESSAGES) if p.author_id in forgotten]
+    assert sum(1 for s in reference.values() for m in s["messages"] if m[3]) == len(posted)
     for stream in reference.values():
-        erased = [m for m in stream["messages"] if m[0].author_id in forgotten]
-        assert erased and all(m[3] and m[1] == "" and m[0].author_name == "" for m in erased)
-        kept = [m for m in stream["messages"] if m[0].author_id not in forgotten]
-        assert all(not m[3] and m[1].startswith(f"mk{m[0].author_id}x") for m in kept)
+        # an erased message keeps neither words nor who wrote it
+        erased = [m for m in stream["messages"] if m[3]]
+        assert erased and all(m[1] == "" and m[0].author_name == "" for m in erased)
+        assert {m[0].author_id for m in erased} == {0}
+        kept = [m for m in stream["messages"] if not m[3]]
+        assert all(m[1].startswith(f"mk{m[0].author_id}x") for m in kept)
+        assert not any(m[0].author_id in forgotten for m in kept)
         assert "mk202x" not in stream["memory"] and "mk101x" in stream["memory"]

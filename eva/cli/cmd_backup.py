@@ -35,6 +35,7 @@ from eva.store.backup import (
     take_backup,
 )
 from eva.store.event_store import EventStore
+from eva.store.key_binding import bound_id
 from eva.store.lmdb_kv import COMPACT_DIR, LmdbBackend
 
 
@@ -144,6 +145,13 @@ def run_restore(args: argparse.Namespace) -> int:
     stage(args.backup, staging)
     staged = EventStore(LmdbBackend(staging))
     try:
+        theirs, ours = bound_id(staged), bound_id(store)
+        if theirs is not None and ours is not None and theirs != ours:
+            raise UserError(
+                f"the backup is keyed with key store {theirs}, and {args.data} with {ours}: "
+                f"restore it with EVA_KEYS naming {theirs}, into a new directory"
+            )
+        staged.hashes = store.hashes
         held = {StreamId(m.guild_id, m.channel_id) for m in staged.streams()}
         people = forgotten_since(forget_records(staged), newer)
         now_ms = int(time.time() * 1000)

@@ -27,7 +27,7 @@ from eva.cli.common import (
     user_id_or_name,
 )
 from eva.core.events import AnyEvent, ForgetBy
-from eva.core.forget import PROOF_MIN_BYTES, person_hash, proof_texts
+from eva.core.forget import PROOF_MIN_BYTES, proof_texts
 from eva.core.keys import StreamId
 from eva.core.settings import MemorySettings
 from eva.core.summarize import OfflineSummarizer
@@ -133,7 +133,7 @@ def run_forget(args: argparse.Namespace) -> int:
             "that is Eva's own id: Eva cannot forget herself. Her replies are part of each "
             "channel's memory; a moderator can delete single messages of hers in Discord."
         )
-    asked = None if user is None else person_hash(user)
+    asked = None if user is None else store.hashes.recorded(user)
     streams: list[StreamId] = []
     if asked is not None:
         streams = [

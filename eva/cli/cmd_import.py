@@ -208,7 +208,7 @@ def _store(
     stream = head.stream
     store = open_store(data, must_exist=False, write=True)
     stored_meta = store.meta(stream)
-    forgotten = Forgotten(stored_meta.forgotten if stored_meta is not None else {})
+    forgotten = Forgotten(stored_meta.forgotten if stored_meta is not None else {}, store.hashes)
     skipped = 0
 
     def skip(author_id: int, at_ms: int) -> bool:

@@ -23,6 +23,8 @@ from eva.core.keys import StreamId, parse_stream
 from eva.core.settings import LiveSettings, MemorySettings
 from eva.memory.person import people_named
 from eva.store.event_store import EventStore
+from eva.store.key_binding import bind, bound_id
+from eva.store.key_store import KeyStoreError, open_key_store
 from eva.store.lmdb_kv import open_backend, open_backend_to_read
 from eva.store.writer_lock import WriterBusy
 
@@ -261,9 +263,16 @@ def open_store(data: Path, *, must_exist: bool = True, write: bool = False) -> E
             backend = open_backend(data, readonly=True)
         if write:
             backend.hold_writer_lock()
-        return EventStore(backend)
+        store = EventStore(backend)
+        bound = bound_id(store)
+        if write or bound is not None:
+            # a directory bound to a key store never gets a new one made in its place
+            bind(store, open_key_store(create=write and bound is None), write=write)
+        return store
     except WriterBusy as busy:
         raise UserError(str(busy)) from None
+    except KeyStoreError as error:
+        raise UserError(str(error)) from None
     except PermissionError as error:
         raise UserError(
             f"cannot open the data directory {data}: no permission "

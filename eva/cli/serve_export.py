@@ -83,7 +83,7 @@ async def serve_export(
     stream = export.stream
     session.streams[stream] = None
     meta = store.meta(stream)
-    forgotten = Forgotten(meta.forgotten if meta is not None else {})  # they stay gone
+    forgotten = Forgotten(meta.forgotten if meta is not None else {}, store.hashes)  # stay gone
     posts = [post_of(e) for e in export_events(export, None, _unknown, forgotten)
              if isinstance(e, MessagePosted)]
     first_ms = posts[0].at_ms if posts else (meta.last_ms if meta else 0)

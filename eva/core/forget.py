@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import hashlib
+import hmac
 from collections.abc import Iterable, Iterator
 from itertools import islice
 
@@ -57,8 +58,44 @@ def pieces(text: str) -> list[str]:
 
 
 def person_hash(person_id: int) -> str:
-    """The id a forget is recorded under: a hash of the Discord user id, never the id itself."""
+    """The id a forget was recorded under before records were keyed: a hash of the
+    Discord user id with no secret (anyone with a member list can recompute it)."""
     return hashlib.sha256(_PEPPER + str(person_id).encode()).hexdigest()[:24]
+
+
+class PersonHashes:
+    """The ids a person's forgets are recorded under.
+
+    With a secret (from the key store, outside the data directory) a new record is
+    hashed with it: the data files and a member list do not tell who was forgotten.
+    A record written before that carries the unkeyed `person_hash`; both still match.
+    """
+
+    def __init__(self, secret: bytes | None = None) -> None:
+        self.secret = secret
+        self._known: dict[int, tuple[str, ...]] = {}
+
+    def recorded(self, person_id: int) -> str:
+        """The hash a new record of this person carries."""
+        return self.all_of(person_id)[0]
+
+    def all_of(self, person_id: int) -> tuple[str, ...]:
+        """Every hash a record of this person may carry, the one new records use first."""
+        known = self._known.get(person_id)
+        if known is None:
+            legacy = person_hash(person_id)
+            if self.secret is None:
+                known = (legacy,)
+            else:
+                keyed = hmac.new(self.secret, str(person_id).encode(), hashlib.sha256)
+                known = (keyed.hexdigest()[:24], legacy)
+            if len(self._known) < 1 << 16:
+                self._known[person_id] = known
+        return known
+
+
+UNKEYED = PersonHashes()
+"""The hashes of a data directory no key store was ever given."""
 
 
 class Forgotten:
@@ -68,18 +105,16 @@ class Forgotten:
     A person who forgot themselves comes back only through what they write after it.
     """
 
-    def __init__(self, forgotten: dict[str, int]) -> None:
+    def __init__(self, forgotten: dict[str, int], hashes: PersonHashes) -> None:
         self.forgotten = forgotten
-        self._hashes: dict[int, str] = {}
+        self.hashes = hashes
 
     def __call__(self, author_id: int, at_ms: int) -> bool:
         if not self.forgotten:
             return False
-        person = self._hashes.get(author_id)
-        if person is None:
-            person = self._hashes[author_id] = person_hash(author_id)
-        until = self.forgotten.get(person)
-        return until is not None and at_ms <= until
+        return any(
+            at_ms <= self.forgotten.get(person, -1) for person in self.hashes.all_of(author_id)
+        )
 
 
 def record_forgotten(tables: Tables) -> None:
@@ -104,28 +139,27 @@ def record_forgotten(tables: Tables) -> None:
         tables.put("streams", key, encode_record(meta))
 
 
-def person_messages(tables: Tables, stream: StreamId, person: str) -> tuple[int, ...]:
+def person_messages(
+    tables: Tables, stream: StreamId, person: str, hashes: PersonHashes
+) -> tuple[int, ...]:
     """The indexes of the not yet erased messages of the person whose hash is `person`."""
     meta = read_meta(tables, stream)
     if meta is None:
         return ()
     indexes: list[int] = []
-    hashes: dict[int, str] = {}
     for index, slot in read_slots(tables, stream, meta, 0, meta.messages):
         if slot.deleted:
             continue
         posted = _event(tables, stream, slot.posted_seq)
         assert isinstance(posted, MessagePosted)
-        author = hashes.get(posted.author_id)
-        if author is None:
-            author = hashes[posted.author_id] = person_hash(posted.author_id)
-        if author != person:
-            continue
-        indexes.append(index)
+        if person in hashes.all_of(posted.author_id):
+            indexes.append(index)
     return tuple(indexes)
 
 
-def stored_texts(tables: Tables, stream: StreamId, person: str) -> list[str]:
+def stored_texts(
+    tables: Tables, stream: StreamId, person: str, hashes: PersonHashes
+) -> list[str]:
     """Every text of the person still held by a stored event (posts and edits, live or not).
 
     Run before the log is rewritten, this is what a forget must prove gone;
@@ -133,15 +167,11 @@ def stored_texts(tables: Tables, stream: StreamId, person: str) -> list[str]:
     """
     prefix = keys.stream_prefix(stream)
     theirs: set[int] = set()
-    hashes: dict[int, str] = {}
     texts: list[str] = []
     for _, data in tables.scan("events", prefix, keys.prefix_end(prefix)):
         event = decode_event(data)
         if isinstance(event, MessagePosted):
-            author = hashes.get(event.author_id)
-            if author is None:
-                author = hashes[event.author_id] = person_hash(event.author_id)
-            if author != person:
+            if person not in hashes.all_of(event.author_id):
                 continue
             theirs.add(event.index)
         elif not (isinstance(event, MessageEdited) and event.index in theirs):
@@ -218,8 +248,9 @@ def _cleaned(
         case MessagePosted():
             slot = _slot(tables, stream, meta, event.index)
             if slot.deleted:
-                wordless = msgspec.structs.replace(
-                    event, author_name="", content="", attachments=(), reply_to=None
+                wordless = msgspec.structs.replace(  # nor who wrote it: no trace of a forget
+                    event, author_id=0, author_name="", content="", attachments=(),
+                    reply_to=None,
                 )
             elif slot.content_seq != seq:
                 wordless = msgspec.structs.replace(event, content="", attachments=())

@@ -36,7 +36,8 @@ meant to last: Eva is built to remember a group for months and years.
 **How to be forgotten**
 - `/forget-me` erases every message you wrote in this server, and every line made from them, \
 then checks Eva's data files to make sure none of your messages is left in them. All that \
-stays is a record that a forget happened, with a hashed id and counts, no content. Another \
+stays is a record that a forget happened, with counts and an id hashed with a secret kept \
+apart from the data (the files alone do not tell who asked), no content. Another \
 person's message that quotes you stays: it is theirs to forget. A backup taken before stays \
 as it was until it is removed; restoring it over her data forgets you again.
 - Deleting a message in Discord erases it from her memory too, and its words leave her data \

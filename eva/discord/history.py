@@ -105,7 +105,7 @@ class History:
         questions: list[Post] = []
         replied: set[int] = set()  # the messages Eva's own replies in this history answer
         meta = eva.store.meta(stream)
-        forgotten = Forgotten(meta.forgotten if meta is not None else {})
+        forgotten = Forgotten(meta.forgotten if meta is not None else {}, eva.store.hashes)
         skipped = 0
         while fetched < BACKFILL_MOST:
             page = await aio(partial(self.pages.page_after, stream.channel_id, cursor))

@@ -36,6 +36,8 @@ from eva.model.batch_book import BatchBook
 from eva.model.client import make_client
 from eva.model.line_writer import ClaudeLineWriter
 from eva.store.event_store import EventStore
+from eva.store.key_binding import bind, bound_id
+from eva.store.key_store import open_key_store
 from eva.store.lmdb_kv import open_backend
 
 log = logging.getLogger(__name__)
@@ -156,6 +158,8 @@ async def run_bot(
     if anthropic_base_url is not None:
         models = msgspec.structs.replace(models, base_url=anthropic_base_url)
     store = EventStore(open_backend(data_dir))
+    # bound by `eva run` before (a directory bound to a key store is opened with it only)
+    bind(store, open_key_store(create=bound_id(store) is None), write=True)
     client = make_client(models, anthropic_key) if anthropic_key else None
     if summarizer is None:
         summarizer = (

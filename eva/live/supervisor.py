@@ -21,7 +21,6 @@ from typing import Any
 import trio
 
 from eva.core.events import ForgetBy
-from eva.core.forget import person_hash
 from eva.core.keys import StreamId
 from eva.core.settings import LiveSettings, MemorySettings
 from eva.core.summarize import Summarizer
@@ -271,8 +270,8 @@ class Supervisor:
         (of one guild, if given) that holds the person's words, durable when this returns.
         From then on a restart finishes the forget (`resume_forgets`). How many channels
         got one."""
-        person = person_hash(person_id)
         store = self.shared.store
+        person = store.hashes.recorded(person_id)
         streams = [
             StreamId(meta.guild_id, meta.channel_id)
             for meta in store.streams()
@@ -299,7 +298,7 @@ class Supervisor:
         if person is None:
             if person_id is None:
                 raise ValueError("forget needs a person id or a person hash")
-            person = person_hash(person_id)
+            person = self.shared.store.hashes.recorded(person_id)
         store = self.shared.store
         report = ForgetReport(person)
         started = time.perf_counter()

@@ -105,9 +105,9 @@ async def erase_in_stream(
     if meta is None:
         return None
     with store.backend.reading() as tables:
-        indexes = person_messages(tables, stream, person)
+        indexes = person_messages(tables, stream, person, store.hashes)
         # Their deleted messages count too: the log holds their words until purged.
-        texts = stored_texts(tables, stream, person)
+        texts = stored_texts(tables, stream, person, store.hashes)
         if not indexes and not texts and person not in meta.forgetting:
             return None
     result = StreamErased(stream, len(indexes), texts=texts)
@@ -300,7 +300,9 @@ def holding_words(
             meta = read_meta(tables, stream)
             if meta is None or person in meta.forgetting:
                 continue
-            if person_messages(tables, stream, person) or stored_texts(tables, stream, person):
+            if person_messages(tables, stream, person, store.hashes) or stored_texts(
+                tables, stream, person, store.hashes
+            ):
                 found.append(stream)
     return found
 

@@ -25,7 +25,6 @@ from eva.core.events import (
     ReplyWritten,
     event_tag,
 )
-from eva.core.forget import person_hash
 from eva.core.keys import StreamId
 from eva.core.their_part import their_part
 from eva.store.event_store import EventStore
@@ -124,14 +123,14 @@ def people_named(
 
 def person_data(store: EventStore, user_id: int, guild: int | None = None) -> PersonData:
     """Everything the store keeps about `user_id`, in every channel (or one guild's)."""
-    hashed = person_hash(user_id)
-    data = PersonData(user_id=user_id, person_hash=hashed)
+    hashes = store.hashes.all_of(user_id)
+    data = PersonData(user_id=user_id, person_hash=hashes[0])
     for meta in store.streams():
         if guild is not None and meta.guild_id != guild:
             continue
         stream = StreamId(meta.guild_id, meta.channel_id)
         channel = f"{stream.guild_id}/{stream.channel_id}"
-        withheld = hashed in meta.forgetting
+        withheld = any(hashed in meta.forgetting for hashed in hashes)
         theirs: set[int] = set()
         names: set[str] = set()
         found = False
@@ -158,7 +157,7 @@ def person_data(store: EventStore, user_id: int, guild: int | None = None) -> Pe
                     edited=message.edited_at_ms is not None,
                 )
             )
-        records, credited = _records_and_lines(store, stream, channel, hashed, user_id, theirs)
+        records, credited = _records_and_lines(store, stream, channel, hashes, user_id, theirs)
         if withheld:
             data.withheld_channels.append(channel)
         else:
@@ -173,7 +172,7 @@ def person_data(store: EventStore, user_id: int, guild: int | None = None) -> Pe
 
 
 def _records_and_lines(
-    store: EventStore, stream: StreamId, channel: str, hashed: str, user_id: int,
+    store: EventStore, stream: StreamId, channel: str, hashes: tuple[str, ...], user_id: int,
     theirs: set[int],
 ) -> tuple[list[PersonRecord], set[tuple[int, int]]]:
     """The records that concern the person (forgets under their hash, Eva's replies to
@@ -186,7 +185,7 @@ def _records_and_lines(
                 credited.add((event.start, event.size))
                 continue
             case ForgetRequested() | ForgetApplied() | ErasureUnproven() | MessagesErased() if (
-                event.person_hash == hashed
+                event.person_hash in hashes
             ):
                 pass
             case ReplyWritten() if event.to_message_id in theirs:

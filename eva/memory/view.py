@@ -13,7 +13,7 @@ import msgspec
 
 from eva.core.address import Address, format_address, halves, parse_address
 from eva.core.block import ShownMessage, message_line, tail_lines
-from eva.core.forget import person_messages
+from eva.core.forget import PersonHashes, person_messages
 from eva.core.keys import StreamId, decode_u64, discord_id_key
 from eva.core.projection import index_text, indexed_upto
 from eva.core.prompt import memory_prompt
@@ -47,13 +47,17 @@ WITHHELD_LINE = "(being made again: it holds words of a person being forgotten)"
 WITHHELD_MESSAGE = "(this message is being erased: its author asked to be forgotten)"
 
 
-def withheld(tables: Tables, stream: StreamId, meta: StreamMeta | None) -> frozenset[int]:
+def withheld(
+    tables: Tables, stream: StreamId, meta: StreamMeta | None, hashes: PersonHashes
+) -> frozenset[int]:
     """The messages whose author's forget is recorded and not finished: while it runs (or
     after a crash cut it short), nothing shows them or a line made from them."""
     if meta is None or not meta.forgetting:
         return frozenset()
     return frozenset(
-        index for person in meta.forgetting for index in person_messages(tables, stream, person)
+        index
+        for person in meta.forgetting
+        for index in person_messages(tables, stream, person, hashes)
     )
 
 
@@ -62,7 +66,7 @@ def withheld_now(store: EventStore, stream: StreamId, meta: StreamMeta | None) -
     if meta is None or not meta.forgetting:
         return frozenset()
     with store.backend.reading() as tables:
-        return withheld(tables, stream, meta)
+        return withheld(tables, stream, meta, store.hashes)
 
 
 def covers_withheld(address: Address, hidden: frozenset[int]) -> bool:
@@ -158,7 +162,7 @@ def tail_messages(store: EventStore, stream: StreamId) -> list[ShownMessage]:
     if meta is None:
         return []
     with store.backend.reading() as tables:
-        hidden = withheld(tables, stream, meta)
+        hidden = withheld(tables, stream, meta, store.hashes)
         found = read_messages(tables, stream, meta.row_frontier, meta.messages)
         return [shown(index, message) for index, message in found if index not in hidden]
 
@@ -290,7 +294,7 @@ def recall(
     tz = channel_zone(meta, settings)
     asked_ms = int(time.time() * 1000) if now_ms is None else now_ms
     with store.backend.reading() as tables:
-        hidden = withheld(tables, stream, meta)
+        hidden = withheld(tables, stream, meta, store.hashes)
         messages = meta.messages if meta is not None else 0
 
         read: dict[int, StoredMessage | None] = {}  # each message read once a recall

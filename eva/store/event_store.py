@@ -28,6 +28,7 @@ from eva.core.events import (
     decode_event,
     encode_event,
 )
+from eva.core.forget import UNKEYED, PersonHashes
 from eva.core.keys import CHAIN, StreamId
 from eva.core.projection import Projector, Rejected, read_meta
 from eva.core.slots import read_slot, read_slots
@@ -135,8 +136,10 @@ class EventStore:
     backends whose transactions have ids (LMDB).
     """
 
-    def __init__(self, backend: Backend) -> None:
+    def __init__(self, backend: Backend, hashes: PersonHashes = UNKEYED) -> None:
         self.backend = backend
+        # How forgets are recorded here: keyed once a key store is bound (eva.store.key_binding).
+        self.hashes = hashes
         self._known_lines: dict[bytes, bool] = {}
         # Stream records as the last commit left them; a transaction takes out those it
         # uses (and gives them back if it commits), so one that fails leaves none behind.

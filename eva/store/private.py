@@ -40,3 +40,24 @@ def write_private(path: Path, text: str) -> None:
         handle.write(text)
         handle.flush()
         os.fsync(handle.fileno())
+
+
+def replace_private(path: Path, data: bytes) -> None:
+    """Put `data` at `path` whole or not at all: written to a file beside it only its
+    owner may read, synced, then renamed over it, and the rename synced."""
+    temporary = path.with_name(f".{path.name}.new")
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE)
+    try:
+        os.fchmod(descriptor, PRIVATE_FILE)
+        written = 0
+        while written < len(data):
+            written += os.write(descriptor, data[written:])
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+    os.replace(temporary, path)
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)

@@ -1,0 +1,25 @@
+# What every test shares: a key store of its own, never the one in the home directory.
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+
+@pytest.fixture(autouse=True, scope="session")
+def key_store_of_the_tests(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """EVA_KEYS names a directory of this test process (and the processes it starts)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("EVA_KEYS", str(tmp_path_factory.mktemp("keys") / "store"))
+        patch.delenv("EVA_MASTER_KEY", raising=False)
+        yield
+
+
+def keyed_hash(person_id: int) -> str:
+    """The hash a forget of `person_id` is recorded under by a command (the tests' store)."""
+    from eva.store.key_store import open_key_store
+
+    store = open_key_store(create=True)
+    assert store is not None and os.environ["EVA_KEYS"] == str(store.path)
+    return store.person_hashes().recorded(person_id)
