@@ -159,9 +159,8 @@ def _create(where: Path) -> KeyStore:
             f"{KEYS_ENV} to a directory this user may write"
         ) from None
     print(
-        f"eva: created the key store at {where}: Eva's data is keyed with it and it is "
-        "kept apart from the data directory. Back it up apart from the data: the data "
-        "cannot be read without it",
+        f"eva: created the key store at {where}, apart from the data directory. Back it "
+        "up apart from the data: a data directory keyed with it is not opened without it",
         file=sys.stderr,
     )
     return KeyStore(where, record.id, master)
