@@ -20,6 +20,7 @@ from eva.cli.common import (
     open_store,
     print_json,
 )
+from eva.cli.forget_guild import finish_owed_erasures
 from eva.core.events import AnyEvent, LineWritten
 from eva.core.keys import StreamId
 from eva.core.settings import MemorySettings
@@ -149,6 +150,7 @@ def run(args: argparse.Namespace) -> int:
     store = open_store(args.data, write=True)
     finish_left_forgets(store, args.data, settings)
     finish_left_purges(store, args.data)
+    finish_owed_erasures(store, args.data)
     if args.channel:
         streams = [find_stream(store, args.channel)]
     else:

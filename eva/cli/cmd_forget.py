@@ -26,6 +26,7 @@ from eva.cli.common import (
     resolve_user,
     user_id_or_name,
 )
+from eva.cli.forget_guild import finish_owed_erasures, run_forget_guild
 from eva.core.events import AnyEvent, ForgetBy
 from eva.core.forget import PROOF_MIN_BYTES, proof_texts
 from eva.core.keys import StreamId
@@ -65,7 +66,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--user", type=user_id_or_name,
         help="the person's Discord user id, or a name their stored messages carry",
     )
-    parser.add_argument("--guild", type=int, help="only this guild (default: every guild)")
+    parser.add_argument(
+        "--guild", type=int,
+        help="only this guild (default: every guild); with no --user, the whole server: "
+        "every channel of it erased and the files scanned, as a forget proves itself",
+    )
+    parser.add_argument("--yes", action="store_true",
+                        help="erase a whole server (--guild, no --user) without being asked")
     parser.add_argument(
         "--by", choices=["operator", "self", "moderator"], default="operator",
         help="who asked, for the audit: whoever runs Eva (the default), the person, or a "
@@ -120,13 +127,16 @@ def _user_id(text: str) -> int:
 
 
 def run_forget(args: argparse.Namespace) -> int:
-    if args.user is None and not args.resume:
+    if args.user is None and args.guild is None and not args.resume:
         raise UserError(
-            "say whom to forget with --user ID or --user NAME (or --resume to finish "
-            f"pending ones); {FIND_USER_ID}"
+            "say whom to forget with --user ID or --user NAME, or which whole server with "
+            f"--guild G (or --resume to finish pending ones); {FIND_USER_ID}"
         )
     settings = load_settings(args.settings)
     store = open_store(args.data, write=True)
+    if args.user is None and args.guild is not None and not args.resume:
+        finish_pending(store, args.data, settings)
+        return run_forget_guild(args, store)
     user = None if args.user is None else resolve_user(store, args.user, args.guild)
     if user is not None and args.eva_id and user == args.eva_id:
         raise UserError(
@@ -157,6 +167,7 @@ def run_forget(args: argparse.Namespace) -> int:
         # older pending forgets first; the one asked for below, with the channels asked for
         reports = finish_pending(store, args.data, settings, but=asked)
         finish_left_purges(store, args.data)
+        finish_owed_erasures(store, args.data)
         if asked is not None:
             reports.append(_run(store, args.data, asked, streams, args.by, settings))
     except ErasureFailed as failure:

@@ -38,6 +38,7 @@ from eva.cli.common import (
     open_store,
     print_json,
 )
+from eva.cli.forget_guild import finish_owed_erasures
 from eva.core.dce import (
     ChannelExport,
     ExportError,
@@ -125,6 +126,7 @@ def run(args: argparse.Namespace) -> int:
         store = open_store(args.data, write=True)
         finish_left_forgets(store, args.data, load_settings(args.settings))
         finish_left_purges(store, args.data)
+        finish_owed_erasures(store, args.data)
     report = import_file(args.data, args.export, quiet=args.quiet)
     if args.json:
         print_json(report.to_json(), sys.stdout)  # looked up now: capture may swap it

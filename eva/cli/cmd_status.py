@@ -12,6 +12,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from eva.cli.cmd_cost import load_model_settings, unsplit_ttl
 from eva.cli.common import (
     UserError,
@@ -23,6 +25,7 @@ from eva.cli.common import (
     print_json,
 )
 from eva.core.costs import CostReport, sum_costs
+from eva.core.erasures import describe_erasure
 from eva.core.events import LineWritten, ReplyWritten, RowPublished
 from eva.core.keys import StreamId
 from eva.core.plan import PLAN_REPLIES, PLAN_USD
@@ -30,6 +33,7 @@ from eva.core.settings import MemorySettings, ModelSettings
 from eva.core.state import StreamMeta
 from eva.core.timing import pending_tasks
 from eva.store.event_store import EventStore
+from eva.store.guild_erasure import erasure_records
 
 
 @dataclass(frozen=True, slots=True)
@@ -330,10 +334,14 @@ def run(args: argparse.Namespace) -> int:
     store = open_store(args.data)
     channels = directory_status(store, settings)
     spends = guild_spend(store, store.streams(), models, month)
+    erasures = erasure_records(store)
     if args.json:
-        print_json({**status_json(channels), "guilds": [s.to_json() for s in spends]})
+        print_json({**status_json(channels), "guilds": [s.to_json() for s in spends],
+                    "erasures": [msgspec.to_builtins(r) for r in erasures]})
     else:
         print(status_table(channels))
+        for record in erasures:
+            print(describe_erasure(record))
         for line in (
             _owed(
                 [c.channel for c in channels if c.forgets_pending], "forget in progress in",

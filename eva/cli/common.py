@@ -19,10 +19,12 @@ from typing import Any, TextIO, TypeVar
 
 import msgspec
 
+from eva.core.erasures import describe_erasure
 from eva.core.keys import StreamId, parse_stream
 from eva.core.settings import LiveSettings, MemorySettings
 from eva.memory.person import people_named
 from eva.store.event_store import EventStore
+from eva.store.guild_erasure import erasure_records
 from eva.store.key_binding import bind, bound_id
 from eva.store.key_store import KeyStoreError, open_key_store
 from eva.store.lmdb_kv import open_backend, open_backend_to_read
@@ -301,11 +303,26 @@ def find_stream(store: EventStore, text: str) -> StreamId:
         if not matches:
             raise UserError(
                 f"no channel {text!r} in this data directory; known: {known or 'none'}"
+                f"{_erased_with(store, text)}"
             ) from None
         raise UserError(f"{text!r} names several channels; use GUILD/CHANNEL: {known}") from None
     if all(StreamId(m.guild_id, m.channel_id) != stream for m in metas):
-        raise UserError(f"no channel {stream} in this data directory")
+        raise UserError(
+            f"no channel {stream} in this data directory{_erased_with(store, str(stream))}"
+        )
     return stream
+
+
+def _erased_with(store: EventStore, text: str) -> str:
+    """`; ` and what became of the channel's server, if `text` names a channel of a
+    server that was erased, or is to be (its id, or GUILD/CHANNEL)."""
+    guild, _, channel = text.rpartition("/")
+    for record in erasure_records(store):
+        if (channel.isdigit() and int(channel) in record.channels) or (
+            guild.isdigit() and int(guild) == record.guild_id
+        ):
+            return f"; {describe_erasure(record)}"
+    return ""
 
 
 def print_json(value: Any, out: TextIO | None = None) -> None:

@@ -15,7 +15,7 @@ from typing import Final, Literal, NamedTuple, TypeAlias
 
 Table: TypeAlias = Literal[
     "events", "streams", "messages", "discord_ids", "lines", "ready", "postings", "stale",
-    "batches", "layout", "chain",
+    "batches", "layout", "chain", "erasures",
 ]
 
 EVENTS: Final = "events"
@@ -40,7 +40,12 @@ LAYOUT: Final = "layout"
 # The seal of each event, under the event's own key (eva.core.chain): part of the log, not
 # derived from it.
 CHAIN: Final = "chain"
-ALL_TABLES: Final[tuple[Table, ...]] = ("events", *PROJECTION_TABLES, BATCHES, LAYOUT, CHAIN)
+# Whole servers erased or to be erased (eva.core.erasures), by guild: records of no stream,
+# kept when every stream of the guild is gone.
+ERASURES: Final = "erasures"
+ALL_TABLES: Final[tuple[Table, ...]] = (
+    "events", *PROJECTION_TABLES, BATCHES, LAYOUT, CHAIN, ERASURES
+)
 DISCORD_IDS_BY_MESSAGE: Final = b"discord_ids"
 """The `layout` entry saying that `discord_ids` keys start with the message id; a data
 directory written before holds keys that start with the stream prefix."""

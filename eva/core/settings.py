@@ -85,14 +85,21 @@ class LiveSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     command_guilds: tuple[int, ...] = ()
     """Register the slash commands only in these guilds (ids), where they show at once: for
     testing. Empty: registered globally, once at each start, for every server."""
+    left_server_grace_days: float = 30.0
+    """A server Eva is removed from is erased this long after (her coming back before
+    cancels it); 0: at once."""
+    erasure_check_seconds: float = 3600.0
+    """How often the bot looks for servers whose grace period is over."""
 
     def check(self) -> LiveSettings:
         """The settings themselves, or ValueError naming the first that makes no sense."""
         for name in ("idle_seconds", "inbox_capacity", "writer_capacity",
                      "model_timeout_seconds", "retry_first_seconds", "retry_most_seconds",
-                     "purge_delay_seconds"):
+                     "purge_delay_seconds", "erasure_check_seconds"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
+        if not 0 <= self.left_server_grace_days < 36_500:
+            raise ValueError("left_server_grace_days must be from 0 to 36,500")
         return self
 
 

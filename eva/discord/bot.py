@@ -203,6 +203,7 @@ class EvaBot:
             (hikari.ShardReadyEvent, self._on_ready),
             (hikari.GuildAvailableEvent, self._on_guild_available),
             (hikari.GuildJoinEvent, self._on_guild_join),
+            (hikari.GuildLeaveEvent, self._on_guild_leave),
             (hikari.InteractionCreateEvent, self._on_interaction),
             (hikari.ShardPayloadEvent, self._on_payload),
         ):
@@ -260,14 +261,25 @@ class EvaBot:
             self._ready.set()
 
     async def _on_guild_available(self, event: hikari.GuildAvailableEvent) -> None:
+        await self._back_in(int(event.guild_id))
         channels: list[hikari.GuildChannel] = [*event.channels.values(), *event.threads.values()]
         for channel in channels:
             if isinstance(channel, hikari.TextableGuildChannel):
                 self._enqueue(stream_of(event.guild_id, channel.id), Backfill(forced=False))
 
     async def _on_guild_join(self, event: hikari.GuildJoinEvent) -> None:
+        await self._back_in(int(event.guild_id))
         if self._ready.is_set() and int(event.guild_id) in self._command_guilds:
             await run_trio(lambda: self._register_commands([int(event.guild_id)]))
+
+    async def _on_guild_leave(self, event: hikari.GuildLeaveEvent) -> None:
+        """Removed from a server (not an outage): its data is owed an erasure after the
+        grace period (eva.store.guild_erasure)."""
+        guild_id = int(event.guild_id)
+        await run_trio(lambda: self.supervisor.left_server(guild_id))
+
+    async def _back_in(self, guild_id: int) -> None:
+        await run_trio(lambda: self.supervisor.back_in_server(guild_id))
 
     async def _on_payload(self, event: hikari.ShardPayloadEvent) -> None:
         """A message event from the gateway, mapped and queued on its lane before this

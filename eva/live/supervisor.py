@@ -20,6 +20,7 @@ from typing import Any
 
 import trio
 
+from eva.core.erasures import GuildErasure, describe_erasure
 from eva.core.events import ForgetBy
 from eva.core.keys import StreamId
 from eva.core.settings import LiveSettings, MemorySettings
@@ -43,6 +44,14 @@ from eva.memory.forget import (
 )
 from eva.store.erasure import ScanReport, prove_erased, purge_ready, unpurged
 from eva.store.event_store import EventStore
+from eva.store.guild_erasure import (
+    DAY_MS,
+    ask_erasure,
+    came_back,
+    due_erasures,
+    erase_guild,
+    erasure_of,
+)
 from eva.store.lmdb_kv import LmdbBackend
 
 log = logging.getLogger(__name__)
@@ -97,6 +106,7 @@ class Supervisor:
         self._woken = 0
         self._slept = 0
         self._purge_wanted = trio.Event()
+        self._erasures_wanted = trio.Event()
         self.last_scan: ScanReport | None = None
         shared.purge_later = self._purge_later
         shared.start_loop = self._start_soon
@@ -366,6 +376,57 @@ class Supervisor:
             )
         return scan
 
+    async def left_server(self, guild_id: int) -> None:
+        """Eva was removed from the server: its erasure is owed once the grace period ends."""
+        now = self.shared.wall_ms()
+        grace_ms = int(self.shared.live.left_server_grace_days * DAY_MS)
+        async with self.shared.writer.paused():
+            ask_erasure(self.shared.store, guild_id, "left", now, now + grace_ms)
+        log.info("left guild %d: its data is erased from %d unless Eva comes back",
+                 guild_id, now + grace_ms)
+        self._erasures_wanted.set()
+
+    async def back_in_server(self, guild_id: int) -> None:
+        """Eva is in the server (again): an erasure owed because she left is cancelled."""
+        store = self.shared.store
+        record = erasure_of(store, guild_id)
+        if record is None or not record.pending or record.reason != "left":
+            return
+        async with self.shared.writer.paused():
+            if came_back(store, guild_id, self.shared.wall_ms()):
+                log.info("back in guild %d: its erasure is cancelled", guild_id)
+
+    async def run_erasures(self) -> None:
+        """Erase the servers whose erasure is owed: at start, then every
+        erasure_check_seconds (or as soon as a grace period of none is asked)."""
+        while True:
+            await self.erase_due()
+            with trio.move_on_after(self.shared.live.erasure_check_seconds):
+                await self._erasures_wanted.wait()
+            self._erasures_wanted = trio.Event()
+
+    async def erase_due(self) -> list[GuildErasure]:
+        """Erase each server whose erasure is due and none of whose channels is being
+        worked on now (those wait for the next round); what was done."""
+        store = self.shared.store
+        done = []
+        for record in due_erasures(store, self.shared.wall_ms()):
+            if self._data_dir is None or any(
+                stream.guild_id == record.guild_id for stream in self._actors
+            ):
+                continue
+            async with self.shared.writer.paused():
+                ended = await trio.to_thread.run_sync(
+                    erase_guild, store, self._data_dir, record.guild_id, self.shared.wall_ms()
+                )
+            if ended.found:
+                log.error("ERASURE FAILED: %d texts of guild %d still found",
+                          ended.found, ended.guild_id)
+            else:
+                log.info("%s", describe_erasure(ended))
+            done.append(ended)
+        return done
+
     async def resume_forgets(self) -> None:
         """Finish every forget a crash left pending."""
         for person in pending_forgets(self.shared.store):
@@ -417,6 +478,7 @@ async def open_supervisor(
             data_dir = backend.path
         supervisor = Supervisor(shared, nursery, data_dir)
         nursery.start_soon(supervisor.run_purges)
+        nursery.start_soon(supervisor.run_erasures)
         if resume:
             count = supervisor.resume_unfinished()
             if count:

@@ -12,6 +12,7 @@ import time
 from collections import Counter
 from collections.abc import Container, Iterator
 from dataclasses import dataclass, replace
+from itertools import islice
 from pathlib import Path
 
 import ahocorasick
@@ -216,6 +217,25 @@ def surviving_texts(store: EventStore, guilds: Container[int] | None = None) -> 
                 yield " ".join(terms(indexed_text(message.content, message.attachments)))
                 if count % RELEASE_MESSAGES == RELEASE_MESSAGES - 1:
                     store.backend.release_pages()  # the pages read so far (a long channel)
+
+
+PROOF_TEXTS_MOST = 60_000
+"""Texts of a guild that left a directory (moved or erased) it is scanned for, at most: a
+guild of more is checked by an even spread of them (a page kept by mistake holds many
+messages, so it is found all the same), and the scan's memory stays bounded."""
+TEXTS_PER_MESSAGE = 3
+"""About how many texts `surviving_texts` gives a message (its text, its search terms and
+any attachment)."""
+
+
+def texts_of_guilds(
+    store: EventStore, guilds: Container[int], most: int = PROOF_TEXTS_MOST
+) -> list[str]:
+    """The texts of the messages of the guilds that the store holds, and their search
+    terms: of every one, or of an even spread of them when there are more than `most`."""
+    messages = sum(m.messages for m in store.streams() if m.guild_id in guilds)
+    every = max(1, -(-messages * TEXTS_PER_MESSAGE // most))
+    return list(islice(surviving_texts(store, guilds), 0, None, every))[:most]
 
 
 def prove_erased(store: EventStore, data_dir: Path, forgotten: list[str]) -> ScanReport:

@@ -24,25 +24,17 @@ import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from itertools import islice
 from pathlib import Path
 
 from eva.core.keys import StreamId
 from eva.core.shards import Move, moves
-from eva.store.erasure import prove_erased, surviving_texts
+from eva.store.erasure import PROOF_TEXTS_MOST, prove_erased, texts_of_guilds
 from eva.store.event_store import EventStore
 from eva.store.lmdb_kv import LmdbBackend, fsync_dir
 from eva.store.moving import Copied, copy_streams, remove_streams
 from eva.store.replay import replay_stream
 
 JOURNAL = "reshard.json"
-PROOF_TEXTS_MOST = 60_000
-"""Texts of the moved messages a directory they left is scanned for, at most: a moved
-guild of more is checked by an even spread of them (a page kept by mistake holds many
-messages, so it is found all the same), and the scan's memory stays bounded."""
-TEXTS_PER_MESSAGE = 3
-"""About how many texts `surviving_texts` gives a message (its text, its search terms and
-any attachment)."""
 BATCH_EVENTS = 200_000
 """Events of the guilds moved between two directories that are copied, verified and
 removed together (one removal transaction), at most; a larger guild goes alone."""
@@ -337,10 +329,7 @@ def drop_journal(directory: Path) -> None:
 
 
 def guild_texts(place: Place, guilds: set[int], most: int = PROOF_TEXTS_MOST) -> list[str]:
-    """The texts of the messages of the guilds that a place holds, and their search terms:
-    of every one, or of an even spread of them when there are more than `most` texts."""
-    messages = sum(m.messages for m in place.store.streams() if m.guild_id in guilds)
-    every = max(1, -(-messages * TEXTS_PER_MESSAGE // most))
-    return list(islice(surviving_texts(place.store, guilds), 0, None, every))[:most]
+    """The texts of the messages of the guilds that a place holds (`texts_of_guilds`)."""
+    return texts_of_guilds(place.store, guilds, most)
 
 

@@ -99,6 +99,24 @@ class FakeDiscord(Rest):
             self._call(lambda: self._dispatch(gid, "GUILD_CREATE", guild.to_json(gateway=True)))
         return guild
 
+    def remove_bot(self, guild: Guild) -> None:
+        """The bot is removed from the guild (kicked, or the server deleted): GUILD_DELETE
+        without `unavailable`, and the guild gone from the fake. `add_guild` again brings
+        it back as a new join (GUILD_CREATE) if given the same id (`readd_guild`)."""
+        with self._lock:
+            self.guilds.pop(guild.id, None)
+        if self._loop is not None:
+            self._call(lambda: self._dispatch(guild.id, "GUILD_DELETE", {"id": str(guild.id)}))
+
+    def readd_guild(self, guild: Guild) -> None:
+        """The bot is invited back to a guild it was removed from: GUILD_CREATE."""
+        with self._lock:
+            self.guilds[guild.id] = guild
+        if self._loop is not None:
+            self._call(
+                lambda: self._dispatch(guild.id, "GUILD_CREATE", guild.to_json(gateway=True))
+            )
+
     def add_user(self, username: str, *, bot: bool = False) -> User:
         """A user, member of every guild (added before the guilds are sent, or not cached)."""
         user = User(self._ids.next(), username, bot=bot, global_name=username.title())
