@@ -42,7 +42,9 @@ from eva.memory.build import Memory
 from eva.memory.forget import ErasureFailed, ForgetReport
 from eva.memory.view import RowText, channel_zone, row_lines
 from eva.store.event_store import EventStore
+from eva.store.guild_erasure import erasure_of
 from eva.store.lmdb_kv import open_backend
+from eva.store.switches import Switches, read_switches
 from eva.testing.fake_discord import (
     FakeDiscord,
     Guild,
@@ -92,6 +94,7 @@ class Context:
     model_settings: ModelSettings
     memory_settings: MemorySettings
     backfill: Callable[[int], Awaitable[int]]
+    switches: Switches
 
 
 @dataclass
@@ -236,6 +239,7 @@ async def running(tmp_path: Path) -> AsyncIterator[World]:
                 model_settings=ModelSettings(),
                 memory_settings=SETTINGS,
                 backfill=backfill,
+                switches=Switches(store, "all"),
             )
 
             async def on_interaction(event: hikari.InteractionCreateEvent) -> None:
@@ -291,7 +295,8 @@ async def test_registration_records_every_command_with_options_and_permissions(
         )
         global_names = [c["name"] for c in world.fake.commands(None)]
     names = [
-        "forget-me", "memory", "recall", "zoom", "privacy", "my-data", "forget-member", "backfill"
+        "forget-me", "memory", "recall", "zoom", "privacy", "my-data", "forget-member",
+        "backfill", "memory-here",
     ]
     assert list(registered) == names
     assert global_names == names
@@ -309,11 +314,16 @@ async def test_registration_records_every_command_with_options_and_permissions(
         "my-data": [],
         "forget-member": [("member", 6, True)],
         "backfill": [],
+        "memory-here": [("state", 3, True)],
     }
+    assert [c["value"] for c in registered["memory-here"]["options"][0]["choices"]] == [
+        "on", "off", "off-and-erase"
+    ]
     moderators = int(hikari.Permissions.MANAGE_MESSAGES)
     permissions = {n: c["default_member_permissions"] for n, c in registered.items()}
     assert {n: p if p is None else int(p) for n, p in permissions.items()} == {
-        n: moderators if n in ("forget-member", "backfill") else None for n in names
+        n: moderators if n in ("forget-member", "backfill", "memory-here") else None
+        for n in names
     }
     assert all(c["contexts"] == [0] for c in registered.values())  # servers only
     assert all(0 < len(c["description"]) <= 100 for c in registered.values())
@@ -612,3 +622,35 @@ async def test_unknown_commands_and_stale_buttons_get_a_clear_answer(tmp_path: P
         stale = await world.response(world.press(world.bob, "forget:old-style", message))
     assert (unknown.ephemeral, unknown.content) == (True, texts.unknown_command("dance"))
     assert (stale.type, stale.ephemeral, stale.content) == (4, True, texts.STALE_BUTTON)
+
+
+async def test_memory_here_turns_a_channel_off_and_erases_it_for_moderators_only(
+    tmp_path: Path,
+) -> None:
+    async with running(tmp_path) as world:
+        general = world.stream
+        refused = await world.response(
+            world.command(world.carol, "memory-here", {"state": "off"})
+        )
+        assert refused.content == texts.NOT_MODERATOR and read_switches(world.store) == {}
+        off = await world.response(world.command(world.alice, "memory-here", {"state": "off"}))
+        assert off.ephemeral and "I no longer keep" in (off.content or "")
+        assert not read_switches(world.store)[general].on
+        erased = await world.response(
+            world.command(world.alice, "memory-here", {"state": "off-and-erase"})
+        )
+        assert "being erased" in (erased.content or "")
+        record = await wait_until(
+            lambda: (r := erasure_of(world.store, general.guild_id, general.channel_id))
+            and r.done_ms and r,
+            sleep=trio.sleep, within=15,
+        )
+        assert record.reason == "moderator" and record.found == 0
+        assert world.store.meta(general) is None
+        on = await world.response(world.command(world.alice, "memory-here", {"state": "on"}))
+        assert "I keep" in (on.content or "") and read_switches(world.store)[general].on
+    kept_here = [w for said in world.said.values() for w in said
+                 if f"{general.channel_id % 1000}q" in w]
+    elsewhere = [w for said in world.said.values() for w in said if w not in kept_here]
+    assert kept_here and in_files(world.data_dir, kept_here) == set()
+    assert in_files(world.data_dir, elsewhere) == set(elsewhere)

@@ -93,7 +93,7 @@ def test_an_erasure_cut_short_is_finished_by_the_next_command_that_writes(
     assert markers_in_files(data, nine)  # not yet compacted away
     capsys.readouterr()
     assert eva("build", data=data) == 0
-    assert "erasing guild 9 first" in capsys.readouterr().err
+    assert "erasing first: guild 9: to be erased" in capsys.readouterr().err
     assert markers_in_files(data, nine) == set()
     store = open_store(data)
     try:

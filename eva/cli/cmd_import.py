@@ -34,11 +34,13 @@ from eva.cli.common import (
     add_data_option,
     add_json_option,
     add_settings_option,
+    load_live_settings,
     load_settings,
     open_store,
     print_json,
 )
 from eva.cli.forget_guild import finish_owed_erasures
+from eva.core.channel_switch import keeps
 from eva.core.dce import (
     ChannelExport,
     ExportError,
@@ -54,7 +56,9 @@ from eva.core.events import AnyEvent, MessageEdited, MessagePosted
 from eva.core.forget import Forgotten
 from eva.core.keys import StreamId
 from eva.core.projection import Rejected
+from eva.core.settings import Listen
 from eva.store.event_store import EventStore
+from eva.store.switches import read_switches
 
 GZIP_MAGIC = b"\x1f\x8b"
 READ_BLOCK = 1 << 20
@@ -127,7 +131,8 @@ def run(args: argparse.Namespace) -> int:
         finish_left_forgets(store, args.data, load_settings(args.settings))
         finish_left_purges(store, args.data)
         finish_owed_erasures(store, args.data)
-    report = import_file(args.data, args.export, quiet=args.quiet)
+    listen = load_live_settings(args.settings).listen
+    report = import_file(args.data, args.export, quiet=args.quiet, listen=listen)
     if args.json:
         print_json(report.to_json(), sys.stdout)  # looked up now: capture may swap it
     elif not args.quiet:
@@ -135,7 +140,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def import_file(data: Path, export_path: Path, *, quiet: bool = True) -> ImportReport:
+def import_file(
+    data: Path, export_path: Path, *, quiet: bool = True, listen: Listen = "all"
+) -> ImportReport:
     """Import one export file into the data directory `data` (created if needed).
 
     The export is read a chunk of messages at a time (eva.core.dce_stream) to check
@@ -150,13 +157,14 @@ def import_file(data: Path, export_path: Path, *, quiet: bool = True) -> ImportR
             outline = outline_export(blocks(), IMPORT_CHUNK, READ_ONCE_BYTES)
         except NotStreamable:
             raw = b"".join(blocks())
-            return import_bytes(data, raw, named, quiet=quiet, started=started)
+            return import_bytes(data, raw, named, quiet=quiet, started=started, listen=listen)
         if outline.kept is not None:
             chunks: Iterable[Sequence[Message]] = outline.kept
         else:
             chunks = _read_again(export_chunks(blocks(), outline.chunks), named)
         return _store(
-            data, outline.head, outline.latest_ms, outline.messages, chunks, named, quiet, started
+            data, outline.head, outline.latest_ms, outline.messages, chunks, named, quiet,
+            started, listen,
         )
 
 
@@ -179,6 +187,7 @@ def import_bytes(
     *,
     quiet: bool = True,
     started: float | None = None,
+    listen: Listen = "all",
 ) -> ImportReport:
     """Import an export's bytes (named `export_path` in messages) into `data`."""
     started = time.perf_counter() if started is None else started
@@ -192,7 +201,9 @@ def import_bytes(
     chunks = (
         messages[start : start + IMPORT_CHUNK] for start in range(0, len(messages), IMPORT_CHUNK)
     )
-    return _store(data, export, latest, len(messages), chunks, export_path, quiet, started)
+    return _store(
+        data, export, latest, len(messages), chunks, export_path, quiet, started, listen
+    )
 
 
 def _store(
@@ -204,11 +215,19 @@ def _store(
     export_path: Path,
     quiet: bool,
     started: float,
+    listen: Listen = "all",
 ) -> ImportReport:
     """Store a checked export's messages, given a chunk at a time, each chunk's events in
     a transaction of their own (the channel's description goes with the first)."""
     stream = head.stream
     store = open_store(data, must_exist=False, write=True)
+    if not keeps(read_switches(store).get(stream), listen):
+        raise UserError(
+            f"Eva's memory of {stream} (#{head.channel.name}) is off"
+            + (" (listen = \"chosen\" and it was never turned on)" if listen == "chosen"
+               else "")
+            + f": nothing was imported. eva channel on {stream} keeps it"
+        )
     stored_meta = store.meta(stream)
     forgotten = Forgotten(stored_meta.forgotten if stored_meta is not None else {}, store.hashes)
     skipped = 0

@@ -318,9 +318,9 @@ def _erased_with(store: EventStore, text: str) -> str:
     server that was erased, or is to be (its id, or GUILD/CHANNEL)."""
     guild, _, channel = text.rpartition("/")
     for record in erasure_records(store):
-        if (channel.isdigit() and int(channel) in record.channels) or (
-            guild.isdigit() and int(guild) == record.guild_id
-        ):
+        named = channel.isdigit() and int(channel) in (*record.channels, record.channel_id)
+        whole = not record.channel_id and guild.isdigit() and int(guild) == record.guild_id
+        if named or whole:
             return f"; {describe_erasure(record)}"
     return ""
 

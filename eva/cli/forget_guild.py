@@ -13,7 +13,7 @@ from pathlib import Path
 import msgspec
 
 from eva.cli.common import UserError, print_json
-from eva.core.erasures import GuildErasure, describe_erasure
+from eva.core.erasures import Erasure, describe_erasure
 from eva.store.event_store import EventStore
 from eva.store.guild_erasure import ask_erasure, due_erasures, erase_guild, erasure_of
 
@@ -35,13 +35,19 @@ def run_forget_guild(args: argparse.Namespace, store: EventStore) -> int:
         file=sys.stderr if args.json else sys.stdout,
         flush=True,
     )
-    done = erase_guild(store, args.data, guild, now_ms)
-    _check(done)
+    done = erase_now(store, args.data, guild)
     if args.json:
         print_json({"erasures": [msgspec.to_builtins(done)]})
     else:
         print(describe_erasure(done))
     return 0
+
+
+def erase_now(store: EventStore, data: Path, guild: int, channel: int = 0) -> Erasure:
+    """Do a recorded erasure now and prove it; a UserError if the scan found its texts."""
+    done = erase_guild(store, data, guild, int(time.time() * 1000), channel)
+    _check(done)
+    return done
 
 
 def _confirm(guild: int, channels: int, messages: int) -> None:
@@ -58,12 +64,11 @@ def _confirm(guild: int, channels: int, messages: int) -> None:
         raise UserError("nothing was erased")
 
 
-def _check(done: GuildErasure) -> None:
+def _check(done: Erasure) -> None:
     if done.found:
         raise UserError(
-            f"ERASURE FAILED: {done.found} texts of guild {done.guild_id} are still in the "
-            "data directory's files; the erasure stays owed and the next command that "
-            "writes tries again"
+            f"ERASURE FAILED: {describe_erasure(done)}; the erasure stays owed and the next "
+            "command that writes tries again"
         )
 
 
@@ -73,7 +78,6 @@ def finish_owed_erasures(store: EventStore, data: Path) -> int:
     now_ms = int(time.time() * 1000)
     owed = due_erasures(store, now_ms)
     for record in owed:
-        print(f"eva: erasing guild {record.guild_id} first ({describe_erasure(record)})",
-              file=sys.stderr, flush=True)
-        _check(erase_guild(store, data, record.guild_id, now_ms))
+        print(f"eva: erasing first: {describe_erasure(record)}", file=sys.stderr, flush=True)
+        _check(erase_guild(store, data, record.guild_id, now_ms, record.channel_id))
     return len(owed)

@@ -43,6 +43,7 @@ COMMANDS: dict[str, str] = {
     "invite": "eva.cli.cmd_invite",
     "run": "eva.cli.cmd_run",
     "fake-discord": "eva.cli.cmd_fake_discord",
+    "channel": "eva.cli.cmd_channel",
 }
 """Each command and the module that registers it. Only the module of the command given is
 imported: some pull in the model SDK, which takes seconds to load, and a forget's promise or

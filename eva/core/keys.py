@@ -15,7 +15,7 @@ from typing import Final, Literal, NamedTuple, TypeAlias
 
 Table: TypeAlias = Literal[
     "events", "streams", "messages", "discord_ids", "lines", "ready", "postings", "stale",
-    "batches", "layout", "chain", "erasures",
+    "batches", "layout", "chain", "erasures", "switches",
 ]
 
 EVENTS: Final = "events"
@@ -43,8 +43,11 @@ CHAIN: Final = "chain"
 # Whole servers erased or to be erased (eva.core.erasures), by guild: records of no stream,
 # kept when every stream of the guild is gone.
 ERASURES: Final = "erasures"
+# Whether Eva keeps each channel a moderator or the operator turned her memory on or off in
+# (eva.core.channel_switch), by guild and channel: records of no stream.
+SWITCHES: Final = "switches"
 ALL_TABLES: Final[tuple[Table, ...]] = (
-    "events", *PROJECTION_TABLES, BATCHES, LAYOUT, CHAIN, ERASURES
+    "events", *PROJECTION_TABLES, BATCHES, LAYOUT, CHAIN, ERASURES, SWITCHES
 )
 DISCORD_IDS_BY_MESSAGE: Final = b"discord_ids"
 """The `layout` entry saying that `discord_ids` keys start with the message id; a data

@@ -7,11 +7,15 @@
 # sizes are settings; `eva plan` shows what they save and what they cost in zooms.
 from __future__ import annotations
 
+from typing import Literal, TypeAlias
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import msgspec
 
 from eva.core.prices import PRICES_CHECKED, Price, default_prices
+
+Listen: TypeAlias = Literal["all", "chosen"]
+"""Which channels Eva keeps (LiveSettings.listen, eva.core.channel_switch)."""
 
 KIB = 1024
 MINUTE_MS = 60_000
@@ -85,6 +89,9 @@ class LiveSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     command_guilds: tuple[int, ...] = ()
     """Register the slash commands only in these guilds (ids), where they show at once: for
     testing. Empty: registered globally, once at each start, for every server."""
+    listen: Listen = "all"
+    """Which channels Eva keeps: "all" she can read but those a moderator turned off, or
+    "chosen": only those turned on (`/memory-here`, `eva channel`)."""
     left_server_grace_days: float = 30.0
     """A server Eva is removed from is erased this long after (her coming back before
     cancels it); 0: at once."""

@@ -71,10 +71,11 @@ from eva.discord.mapping import (
 from eva.discord.messages import mention_names
 from eva.discord.payloads import PayloadError, asks_eva, chat_post, chat_stream
 from eva.discord.reply_sender import ReplySender
-from eva.live.inputs import Describe, Edit, Post
+from eva.live.inputs import Delete, Describe, Edit, Post
 from eva.live.request import Request
 from eva.live.supervisor import Supervisor, wall_clock_ms
 from eva.store.event_store import EventStore
+from eva.store.switches import Switches
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +119,7 @@ class BotContext:
     backfill: Callable[[int], Awaitable[int]]
     rest: hikari.api.RESTClient
     data_dir: Path
+    switches: Switches
 
 
 def bot_id_of(token: str) -> int:
@@ -142,6 +144,10 @@ MESSAGE_EVENTS = frozenset(
     {"MESSAGE_CREATE", "MESSAGE_UPDATE", "MESSAGE_DELETE", "MESSAGE_DELETE_BULK"}
 )
 """The gateway events Eva reads from raw payloads."""
+
+
+def _deletes(job: Job) -> bool:
+    return isinstance(job, Change) and isinstance(job.item, Delete)
 
 
 class EvaBot:
@@ -187,6 +193,7 @@ class EvaBot:
         self.shard_ids: list[int] | None = None  # the shards it runs; None: Discord's advice
         self.health_port: int | None = None  # where it answers /livez and /readyz, if it does
         self._command_guilds = tuple(supervisor.shared.live.command_guilds)
+        self.switches = Switches(self.store, supervisor.shared.live.listen)
         self._application_id = 0
         self.context = BotContext(
             supervisor=supervisor,
@@ -198,6 +205,7 @@ class EvaBot:
             backfill=self.backfill,
             rest=bot.rest,
             data_dir=data_dir,
+            switches=self.switches,
         )
         for kind, listener in (
             (hikari.ShardReadyEvent, self._on_ready),
@@ -310,6 +318,8 @@ class EvaBot:
             return
         asks = asks_eva(payload, self.eva_id)
         stream = chat_stream(payload)
+        if not self.switches.keeps(stream):
+            return  # her memory is off here: nothing kept, nothing answered
         if asks:
             self._take_question(stream, post)
         else:
@@ -361,7 +371,9 @@ class EvaBot:
 
         Returns the lane, or None when the bot is closing and the job was dropped.
         """
-        if self._closing:
+        if self._closing or not (self.switches.keeps(stream) or _deletes(job)):
+            # closing, or a channel Eva does not keep: nothing of it is stored (a deletion
+            # still goes through: it erases what was kept before the channel was off)
             if isinstance(job, Backfill):
                 job.done.set()
             return None

@@ -104,6 +104,26 @@ def forget_done(report: ForgetReport, who: str) -> str:
     )
 
 
+def memory_here(state: str, channel: str) -> str:
+    """The answer to /memory-here."""
+    if state == "on":
+        return f"I keep {channel} again: what is written here from now on is in my memory."
+    if state == "off":
+        return (
+            f"I no longer keep {channel}: nothing written here is stored, and I do not answer "
+            "here. What I kept before stays; `/memory-here off-and-erase` erases it."
+        )
+    return (
+        f"I no longer keep {channel}, and what I kept of it is being erased, then my files "
+        "are checked for it as a forget is; it is done within minutes once the channel is "
+        "quiet."
+    )
+
+
+def memory_here_states(states: tuple[str, ...]) -> str:
+    return f"Pick one of: {', '.join(states)}."
+
+
 def backfilled(count: int) -> str:
     if count == 0:
         return "Eva missed no messages in this channel; nothing new was stored."

@@ -32,6 +32,7 @@ from eva.memory.forget import ErasureFailed, ForgetReport
 from eva.memory.person import PersonData, data_files, person_data, summary
 from eva.memory.view import RowText, Zoomed, ZoomError, channel_zone, row_lines, tail_messages
 from eva.store.event_store import EventStore
+from eva.store.switches import Switches
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,8 @@ PRIVACY: Final = "privacy"
 MY_DATA: Final = "my-data"
 FORGET_MEMBER: Final = "forget-member"
 BACKFILL: Final = "backfill"
+MEMORY_HERE: Final = "memory-here"
+MEMORY_STATES: Final = ("on", "off", "off-and-erase")
 # Registered as the default for moderators' commands; either permission passes the check.
 UPLOAD_LIMIT_BYTES = 10 * 1024 * 1024
 """Discord's default limit on each file a message carries, 10 MiB since 2025-01-16; an
@@ -83,6 +86,8 @@ class CommandContext(Protocol):
     def memory_settings(self) -> MemorySettings: ...
     @property
     def backfill(self) -> Callable[[int], Awaitable[int]]: ...
+    @property
+    def switches(self) -> Switches: ...
 
 
 # -- registering -------------------------------------------------------------------
@@ -103,6 +108,11 @@ def command_definitions() -> list[hikari.api.SlashCommandBuilder]:
         _slash(MY_DATA, "What Eva keeps about you in this server, as a file only you see"),
         _slash(FORGET_MEMBER, "Erase a member's messages from Eva's memory", member, mod=True),
         _slash(BACKFILL, "Fetch the messages of this channel that Eva missed", mod=True),
+        _slash(MEMORY_HERE, "Turn Eva's memory of this channel on or off", hikari.CommandOption(
+            type=hikari.OptionType.STRING, name="state", description="on, off, or off and "
+            "erase what she kept of it", is_required=True,
+            choices=[hikari.CommandChoice(name=s, value=s) for s in MEMORY_STATES],
+        ), mod=True),
     ]
 
 
@@ -332,6 +342,15 @@ async def _command(
             await answer.say(await _recall(context, stream, str(_option(inter, "query") or "")))
         case "zoom":
             await answer.say(await _zoom(context, stream, str(_option(inter, "address") or "")))
+        case "memory-here":
+            state = str(_option(inter, "state") or "")
+            if not may_moderate(inter.member):
+                await answer.say(texts.NOT_MODERATOR)
+            elif state not in MEMORY_STATES:
+                await answer.say(texts.memory_here_states(MEMORY_STATES))
+            else:
+                await context.run_trio(lambda: _turn(context, stream, state))
+                await answer.say(texts.memory_here(state, f"<#{stream.channel_id}>"))
         case "backfill":
             if not may_moderate(inter.member):
                 await answer.say(texts.NOT_MODERATOR)
@@ -353,6 +372,17 @@ def _option(inter: hikari.CommandInteraction, name: str) -> str | int | float | 
 def may_moderate(member: hikari.InteractionMember | None) -> bool:
     """Whether a member may use the moderators' commands here."""
     return member is not None and bool(member.permissions & MODERATOR_ANY)
+
+
+async def _turn(context: CommandContext, stream: StreamId, state: str) -> None:
+    """The moderator's switch, on the trio side: stored, then (off and erase) the
+    channel's erasure recorded, done once nothing of it is being worked on."""
+    now_ms = context.supervisor.shared.wall_ms()
+    await trio.to_thread.run_sync(
+        context.switches.turn, stream, state == "on", "moderator", now_ms
+    )
+    if state == "off-and-erase":
+        await context.supervisor.erase_channel(stream, "moderator")
 
 
 def _my_data(

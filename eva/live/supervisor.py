@@ -20,7 +20,7 @@ from typing import Any
 
 import trio
 
-from eva.core.erasures import GuildErasure, describe_erasure
+from eva.core.erasures import Erasure, ErasureReason, describe_erasure
 from eva.core.events import ForgetBy
 from eva.core.keys import StreamId
 from eva.core.settings import LiveSettings, MemorySettings
@@ -252,6 +252,7 @@ class Supervisor:
         if self._actors.get(actor.stream) is actor:
             del self._actors[actor.stream]
             self._slept += 1
+            self._erasures_wanted.set()  # an erasure that waited for it may go now
 
     def awake(self) -> list[StreamId]:
         return list(self._actors)
@@ -386,6 +387,14 @@ class Supervisor:
                  guild_id, now + grace_ms)
         self._erasures_wanted.set()
 
+    async def erase_channel(self, stream: StreamId, by: ErasureReason) -> None:
+        """Erase what is kept of one channel (its memory turned off): recorded now, done
+        once its actor is asleep (`erase_due`)."""
+        now = self.shared.wall_ms()
+        async with self.shared.writer.paused():
+            ask_erasure(self.shared.store, stream.guild_id, by, now, now, stream.channel_id)
+        self._erasures_wanted.set()
+
     async def back_in_server(self, guild_id: int) -> None:
         """Eva is in the server (again): an erasure owed because she left is cancelled."""
         store = self.shared.store
@@ -405,23 +414,24 @@ class Supervisor:
                 await self._erasures_wanted.wait()
             self._erasures_wanted = trio.Event()
 
-    async def erase_due(self) -> list[GuildErasure]:
+    async def erase_due(self) -> list[Erasure]:
         """Erase each server whose erasure is due and none of whose channels is being
         worked on now (those wait for the next round); what was done."""
         store = self.shared.store
         done = []
         for record in due_erasures(store, self.shared.wall_ms()):
             if self._data_dir is None or any(
-                stream.guild_id == record.guild_id for stream in self._actors
+                stream.guild_id == record.guild_id and record.channel_id in (0, stream.channel_id)
+                for stream in self._actors
             ):
                 continue
             async with self.shared.writer.paused():
                 ended = await trio.to_thread.run_sync(
-                    erase_guild, store, self._data_dir, record.guild_id, self.shared.wall_ms()
+                    erase_guild, store, self._data_dir, record.guild_id, self.shared.wall_ms(),
+                    record.channel_id,
                 )
             if ended.found:
-                log.error("ERASURE FAILED: %d texts of guild %d still found",
-                          ended.found, ended.guild_id)
+                log.error("ERASURE FAILED: %s", describe_erasure(ended))
             else:
                 log.info("%s", describe_erasure(ended))
             done.append(ended)

@@ -202,12 +202,16 @@ def scan_files(directory: Path, texts: list[str]) -> ScanReport:
     )
 
 
-def surviving_texts(store: EventStore, guilds: Container[int] | None = None) -> Iterator[str]:
+def surviving_texts(
+    store: EventStore, guilds: Container[int] | None = None, channel: int | None = None
+) -> Iterator[str]:
     """The texts of every message still stored, of everyone, in every channel (of
     `guilds` only, if given), and their search terms as the recall index keeps them
     (words folded in case and accents); read a channel at a time as they are asked for."""
     for meta in store.streams():
         if guilds is not None and meta.guild_id not in guilds:
+            continue
+        if channel is not None and meta.channel_id != channel:
             continue
         stream = StreamId(meta.guild_id, meta.channel_id)
         with store.backend.reading() as tables:
@@ -229,13 +233,19 @@ any attachment)."""
 
 
 def texts_of_guilds(
-    store: EventStore, guilds: Container[int], most: int = PROOF_TEXTS_MOST
+    store: EventStore, guilds: Container[int], most: int = PROOF_TEXTS_MOST,
+    channels: int | None = None,
 ) -> list[str]:
-    """The texts of the messages of the guilds that the store holds, and their search
-    terms: of every one, or of an even spread of them when there are more than `most`."""
-    messages = sum(m.messages for m in store.streams() if m.guild_id in guilds)
+    """The texts of the messages of the guilds that the store holds (of one channel of
+    them, if `channels` names it), and their search terms: of every one, or of an even
+    spread of them when there are more than `most`."""
+    messages = sum(
+        m.messages for m in store.streams()
+        if m.guild_id in guilds and channels in (None, m.channel_id)
+    )
     every = max(1, -(-messages * TEXTS_PER_MESSAGE // most))
-    return list(islice(surviving_texts(store, guilds), 0, None, every))[:most]
+    texts = surviving_texts(store, guilds, channels)
+    return list(islice(texts, 0, None, every))[:most]
 
 
 def prove_erased(store: EventStore, data_dir: Path, forgotten: list[str]) -> ScanReport:

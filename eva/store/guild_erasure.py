@@ -1,5 +1,5 @@
-# Whole servers erased: the operator's `eva forget --guild`, or a server Eva left, once its
-# grace period is over.
+# Whole servers erased (the operator's `eva forget --guild`, or a server Eva left, once its
+# grace period is over), and single channels a moderator turned off and erased.
 #
 # Shell: reads and writes the store, compacts its file and scans it. The record
 # (eva.core.erasures) is written first, durably: an erasure cut short is owed, and the
@@ -16,8 +16,8 @@ from pathlib import Path
 from msgspec.structs import replace
 
 from eva.core.erasures import (
+    Erasure,
     ErasureReason,
-    GuildErasure,
     decode_erasure,
     encode_erasure,
     erasure_key,
@@ -32,37 +32,42 @@ from eva.store.moving import remove_streams
 DAY_MS = 86_400_000
 
 
-def erasure_records(store: EventStore) -> list[GuildErasure]:
+def erasure_records(store: EventStore) -> list[Erasure]:
     """Every server's latest erasure record, by guild id."""
     with store.backend.reading() as tables:
-        return [decode_erasure(data) for _, data in tables.scan(ERASURES, b"", b"\xff" * 9)]
+        return [decode_erasure(data) for _, data in tables.scan(ERASURES, b"", b"\xff" * 17)]
 
 
-def erasure_of(store: EventStore, guild_id: int) -> GuildErasure | None:
+def erasure_of(store: EventStore, guild_id: int, channel_id: int = 0) -> Erasure | None:
     with store.backend.reading() as tables:
-        data = tables.get(ERASURES, erasure_key(guild_id))
+        data = tables.get(ERASURES, erasure_key(guild_id, channel_id))
     return None if data is None else decode_erasure(data)
 
 
-def _put(store: EventStore, record: GuildErasure) -> None:
+def _put(store: EventStore, record: Erasure) -> None:
     def put(tables: Tables) -> None:
-        tables.put(ERASURES, erasure_key(record.guild_id), encode_erasure(record))
+        key = erasure_key(record.guild_id, record.channel_id)
+        tables.put(ERASURES, key, encode_erasure(record))
 
     store.backend.write(put)
 
 
 def ask_erasure(
-    store: EventStore, guild_id: int, reason: ErasureReason, now_ms: int, due_ms: int
-) -> GuildErasure:
-    """Record that the server is to be erased at `due_ms` (the promise, durable when this
-    returns); a pending record stays as it is, but the operator's asking makes it due now."""
-    current = erasure_of(store, guild_id)
+    store: EventStore, guild_id: int, reason: ErasureReason, now_ms: int, due_ms: int,
+    channel_id: int = 0,
+) -> Erasure:
+    """Record that the server (or one channel of it) is to be erased at `due_ms` (the
+    promise, durable when this returns); a pending record stays as it is, but asking for
+    it now makes it due now."""
+    current = erasure_of(store, guild_id, channel_id)
     if current is not None and current.pending:
-        if reason == "operator" and current.due_ms > now_ms:
-            current = replace(current, reason="operator", due_ms=now_ms)
+        if due_ms < current.due_ms:
+            current = replace(current, reason=reason, due_ms=due_ms)
             _put(store, current)
         return current
-    record = GuildErasure(guild_id=guild_id, reason=reason, asked_ms=now_ms, due_ms=due_ms)
+    record = Erasure(
+        guild_id=guild_id, channel_id=channel_id, reason=reason, asked_ms=now_ms, due_ms=due_ms
+    )
     _put(store, record)
     return record
 
@@ -76,21 +81,27 @@ def came_back(store: EventStore, guild_id: int, now_ms: int) -> bool:
     return True
 
 
-def due_erasures(store: EventStore, now_ms: int) -> list[GuildErasure]:
+def due_erasures(store: EventStore, now_ms: int) -> list[Erasure]:
     """The pending erasures whose time has come, oldest first."""
     due = [r for r in erasure_records(store) if r.pending and r.due_ms <= now_ms]
     return sorted(due, key=lambda r: (r.due_ms, r.guild_id))
 
 
-def erase_guild(store: EventStore, data_dir: Path, guild_id: int, now_ms: int) -> GuildErasure:
-    """Erase every channel of the server and prove it (see the module's note); the record
-    as it ends: done, or still pending with what the scan found."""
-    current = erasure_of(store, guild_id)
+def erase_guild(
+    store: EventStore, data_dir: Path, guild_id: int, now_ms: int, channel_id: int = 0
+) -> Erasure:
+    """Erase every channel of the server (or the one channel) and prove it (see the
+    module's note); the record as it ends: done, or still pending with what the scan
+    found."""
+    current = erasure_of(store, guild_id, channel_id)
     if current is None or not current.pending:
-        raise ValueError(f"no erasure of guild {guild_id} is pending")
-    metas = [m for m in store.streams() if m.guild_id == guild_id]
+        raise ValueError(f"no erasure of guild {guild_id} ({channel_id}) is pending")
+    metas = [
+        m for m in store.streams()
+        if m.guild_id == guild_id and channel_id in (0, m.channel_id)
+    ]
     streams = [StreamId(m.guild_id, m.channel_id) for m in metas]
-    texts = texts_of_guilds(store, {guild_id})  # in memory only, for the scan
+    texts = texts_of_guilds(store, {guild_id}, channels=channel_id or None)  # in memory only
     channels = tuple(sorted({*current.channels, *(m.channel_id for m in metas)}))
     messages = current.messages + sum(m.messages for m in metas)
     if streams:
