@@ -25,6 +25,7 @@ import trio_asyncio  # type: ignore[import-untyped]
 from eva.core.events import ForgetRequested, MessagePosted
 from eva.core.forget import person_hash
 from eva.core.keys import StreamId
+from eva.core.opt_out import OptedOut
 from eva.core.recall import render_view
 from eva.core.settings import KIB, LiveSettings, MemorySettings, ModelSettings
 from eva.core.summarize import OfflineSummarizer
@@ -44,6 +45,7 @@ from eva.memory.view import RowText, channel_zone, row_lines
 from eva.store.event_store import EventStore
 from eva.store.guild_erasure import erasure_of
 from eva.store.lmdb_kv import open_backend
+from eva.store.opt_outs import opted_out, read_opt_outs
 from eva.store.switches import Switches, read_switches
 from eva.testing.fake_discord import (
     FakeDiscord,
@@ -95,6 +97,7 @@ class Context:
     memory_settings: MemorySettings
     backfill: Callable[[int], Awaitable[int]]
     switches: Switches
+    opted_out: OptedOut
 
 
 @dataclass
@@ -110,6 +113,7 @@ class World:
     said: dict[int, list[str]]
     bot: hikari.GatewayBot
     backfills: list[int] = field(default_factory=list)
+    context: Any = None  # what the commands get (Context), once the bot is made
 
     @property
     def stream(self) -> StreamId:
@@ -240,7 +244,9 @@ async def running(tmp_path: Path) -> AsyncIterator[World]:
                 memory_settings=SETTINGS,
                 backfill=backfill,
                 switches=Switches(store, "all"),
+                opted_out=opted_out(store),
             )
+            world.context = context
 
             async def on_interaction(event: hikari.InteractionCreateEvent) -> None:
                 await handle_interaction(event.interaction, context)
@@ -296,7 +302,7 @@ async def test_registration_records_every_command_with_options_and_permissions(
         global_names = [c["name"] for c in world.fake.commands(None)]
     names = [
         "forget-me", "memory", "recall", "zoom", "privacy", "my-data", "forget-member",
-        "backfill", "memory-here",
+        "backfill", "dont-remember-me", "remember-me", "memory-here",
     ]
     assert list(registered) == names
     assert global_names == names
@@ -314,6 +320,8 @@ async def test_registration_records_every_command_with_options_and_permissions(
         "my-data": [],
         "forget-member": [("member", 6, True)],
         "backfill": [],
+        "dont-remember-me": [],
+        "remember-me": [],
         "memory-here": [("state", 3, True)],
     }
     assert [c["value"] for c in registered["memory-here"]["options"][0]["choices"]] == [
@@ -483,9 +491,10 @@ async def test_forget_me_asks_checks_the_presser_and_erases_the_person(tmp_path:
         assert (question.type, question.ephemeral) == (4, True)
         assert question.content == texts.FORGET_ME_ASK
         message = world.message_of(asked)
-        confirm, cancel = buttons(message)
-        assert (confirm, cancel) == (
+        confirm, always, cancel = buttons(message)
+        assert (confirm, always, cancel) == (
             f"forget-me:confirm:{world.alice.id}",
+            f"forget-me:always:{world.alice.id}",
             f"forget-me:cancel:{world.alice.id}",
         )
 
@@ -542,7 +551,7 @@ async def test_forget_me_cancel_leaves_everything(tmp_path: Path) -> None:
         asked = world.command(world.bob, "forget-me")
         await world.response(asked)
         message = world.message_of(asked)
-        _confirm, cancel = buttons(message)
+        *_, cancel = buttons(message)
         cancelled = await world.response(world.press(world.bob, cancel, message))
         every = [words for said in world.said.values() for words in said]
         assert in_files(world.data_dir, every) == set(every)
@@ -654,3 +663,27 @@ async def test_memory_here_turns_a_channel_off_and_erases_it_for_moderators_only
     elsewhere = [w for said in world.said.values() for w in said if w not in kept_here]
     assert kept_here and in_files(world.data_dir, kept_here) == set()
     assert in_files(world.data_dir, elsewhere) == set(elsewhere)
+
+
+async def test_dont_remember_me_and_forget_me_always_keep_the_person_out(
+    tmp_path: Path,
+) -> None:
+    async with running(tmp_path) as world:
+        guild = world.guild.id
+        said = await world.response(world.command(world.carol, "dont-remember-me"))
+        assert (said.ephemeral, said.content) == (True, texts.DONT_REMEMBER_ME)
+        carol = world.store.hashes.recorded(world.carol.id)
+        assert set(read_opt_outs(world.store)) == {(guild, carol)}
+        assert world.context.opted_out(guild, world.carol.id)  # in force at once
+        back = await world.response(world.command(world.carol, "remember-me"))
+        assert back.content == texts.REMEMBER_ME and read_opt_outs(world.store) == {}
+        assert not world.context.opted_out(guild, world.carol.id)
+        # forget me, and don't remember me: both
+        asked = world.command(world.bob, "forget-me")
+        await world.response(asked)
+        message = world.message_of(asked)
+        pressed = world.press(world.bob, f"forget-me:always:{world.bob.id}", message)
+        await world.edited(pressed, lambda text: text.startswith("Done"))
+        bob = world.store.hashes.recorded(world.bob.id)
+        assert set(read_opt_outs(world.store)) == {(guild, bob)}
+    assert in_files(world.data_dir, world.said[world.bob.id]) == set()

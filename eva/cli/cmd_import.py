@@ -58,6 +58,7 @@ from eva.core.keys import StreamId
 from eva.core.projection import Rejected
 from eva.core.settings import Listen
 from eva.store.event_store import EventStore
+from eva.store.opt_outs import opted_out
 from eva.store.switches import read_switches
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -230,11 +231,12 @@ def _store(
         )
     stored_meta = store.meta(stream)
     forgotten = Forgotten(stored_meta.forgotten if stored_meta is not None else {}, store.hashes)
+    kept_out = opted_out(store)
     skipped = 0
 
     def skip(author_id: int, at_ms: int) -> bool:
         nonlocal skipped
-        if forgotten(author_id, at_ms):
+        if forgotten(author_id, at_ms) or kept_out(stream.guild_id, author_id):
             skipped += 1
             return True
         return False
@@ -371,7 +373,7 @@ def describe(report: ImportReport) -> str:
         rows.insert(5, ("repeated ids skipped", f"{report.repeated_in_export:,}"))
     if report.skipped_forgotten:
         rows.insert(5, ("forgotten, skipped", f"{report.skipped_forgotten:,} (people who "
-                        "asked to be forgotten, from before they asked)"))
+                        "asked to be forgotten, from before they asked, or not to be kept)"))
     width = max(len(name) for name, _ in rows)
     lines = [f"imported {report.file} in {report.seconds:.2f} s"]
     lines += [f"  {name:<{width}}  {value}" for name, value in rows]

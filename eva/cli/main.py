@@ -44,6 +44,8 @@ COMMANDS: dict[str, str] = {
     "run": "eva.cli.cmd_run",
     "fake-discord": "eva.cli.cmd_fake_discord",
     "channel": "eva.cli.cmd_channel",
+    "opt-out": "eva.cli.cmd_opt_out",
+    "opt-in": "eva.cli.cmd_opt_out",
 }
 """Each command and the module that registers it. Only the module of the command given is
 imported: some pull in the model SDK, which takes seconds to load, and a forget's promise or

@@ -15,7 +15,7 @@ from typing import Final, Literal, NamedTuple, TypeAlias
 
 Table: TypeAlias = Literal[
     "events", "streams", "messages", "discord_ids", "lines", "ready", "postings", "stale",
-    "batches", "layout", "chain", "erasures", "switches",
+    "batches", "layout", "chain", "erasures", "switches", "opt_outs",
 ]
 
 EVENTS: Final = "events"
@@ -46,8 +46,11 @@ ERASURES: Final = "erasures"
 # Whether Eva keeps each channel a moderator or the operator turned her memory on or off in
 # (eva.core.channel_switch), by guild and channel: records of no stream.
 SWITCHES: Final = "switches"
+# The people who asked Eva never to keep what they write in a server (eva.core.opt_out), by
+# guild and keyed hash of their id: records of no stream.
+OPT_OUTS: Final = "opt_outs"
 ALL_TABLES: Final[tuple[Table, ...]] = (
-    "events", *PROJECTION_TABLES, BATCHES, LAYOUT, CHAIN, ERASURES, SWITCHES
+    "events", *PROJECTION_TABLES, BATCHES, LAYOUT, CHAIN, ERASURES, SWITCHES, OPT_OUTS
 )
 DISCORD_IDS_BY_MESSAGE: Final = b"discord_ids"
 """The `layout` entry saying that `discord_ids` keys start with the message id; a data

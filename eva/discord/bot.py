@@ -43,6 +43,7 @@ import contextlib
 import contextvars
 import importlib
 import logging
+from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -58,6 +59,7 @@ import trio
 
 from eva.core.channel_timers import next_retry_delay
 from eva.core.keys import StreamId
+from eva.core.opt_out import OptedOut
 from eva.core.settings import MemorySettings, ModelSettings
 from eva.discord.answer import Answerer
 from eva.discord.bridge import aio, run_trio
@@ -75,6 +77,7 @@ from eva.live.inputs import Delete, Describe, Edit, Post
 from eva.live.request import Request
 from eva.live.supervisor import Supervisor, wall_clock_ms
 from eva.store.event_store import EventStore
+from eva.store.opt_outs import opted_out
 from eva.store.switches import Switches
 
 log = logging.getLogger(__name__)
@@ -120,6 +123,7 @@ class BotContext:
     rest: hikari.api.RESTClient
     data_dir: Path
     switches: Switches
+    opted_out: OptedOut
 
 
 def bot_id_of(token: str) -> int:
@@ -140,6 +144,8 @@ def _commands() -> ModuleType | None:
         return None
 
 
+UNKEPT_QUESTIONS = 512
+"""Questions of people kept out whose replies the bot remembers not to keep."""
 MESSAGE_EVENTS = frozenset(
     {"MESSAGE_CREATE", "MESSAGE_UPDATE", "MESSAGE_DELETE", "MESSAGE_DELETE_BULK"}
 )
@@ -194,6 +200,10 @@ class EvaBot:
         self.health_port: int | None = None  # where it answers /livez and /readyz, if it does
         self._command_guilds = tuple(supervisor.shared.live.command_guilds)
         self.switches = Switches(self.store, supervisor.shared.live.listen)
+        self.opted_out = opted_out(self.store)  # changed by /dont-remember-me, /remember-me
+        # Questions of people kept out that Eva answers: her reply quotes them, so it is
+        # not kept either (the newest few hundred, until the reply comes back).
+        self._unkept_questions: deque[int] = deque(maxlen=UNKEPT_QUESTIONS)
         self._application_id = 0
         self.context = BotContext(
             supervisor=supervisor,
@@ -206,6 +216,7 @@ class EvaBot:
             rest=bot.rest,
             data_dir=data_dir,
             switches=self.switches,
+            opted_out=self.opted_out,
         )
         for kind, listener in (
             (hikari.ShardReadyEvent, self._on_ready),
@@ -320,6 +331,15 @@ class EvaBot:
         stream = chat_stream(payload)
         if not self.switches.keeps(stream):
             return  # her memory is off here: nothing kept, nothing answered
+        if self.opted_out(stream.guild_id, post.author_id):
+            if asks:  # read to answer it, never kept: the question is only in the prompt
+                self._unkept_questions.append(post.message_id)
+                self._context.run(lambda: self._nursery.start_soon(
+                    partial(self.answerer.answer, stream, post, (post,))
+                ))
+            return
+        if post.author_id == self.eva_id and post.reply_to in self._unkept_questions:
+            return  # her answer to someone kept out: it quotes what they asked
         if asks:
             self._take_question(stream, post)
         else:

@@ -53,7 +53,9 @@ every line of memory that credits you."""
 FORGET_ME_ASK = (
     "This erases every message you wrote in this server from Eva's memory, and every line "
     "of memory made from them. It cannot be undone. Your messages stay in Discord; Eva only "
-    "forgets them, and she remembers what you write after this as usual."
+    "forgets them, and she remembers what you write after this as usual, unless you choose "
+    "\"don't remember me\": then she keeps nothing you write here from now on "
+    "(`/remember-me` undoes that)."
 )
 FORGET_MEMBER_ASK = (
     "This erases every message {name} wrote in this server from Eva's memory, and every line "
@@ -102,6 +104,15 @@ def forget_done(report: ForgetReport, who: str) -> str:
         f"made again; {_count(report.texts_checked, 'text')} checked in her data files, "
         f"{report.leftover_hits} found."
     )
+
+
+DONT_REMEMBER_ME = (
+    "From now on I keep nothing you write in this server: your messages are not stored, "
+    "not made into lines of my memory, not recalled, and not fetched back later. If you ask "
+    "me something I read it to answer, and forget it. What I kept before stays: "
+    "`/forget-me` erases it. `/remember-me` undoes this."
+)
+REMEMBER_ME = "I keep what you write in this server again, from now on."
 
 
 def memory_here(state: str, channel: str) -> str:

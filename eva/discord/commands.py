@@ -22,6 +22,7 @@ import trio
 
 from eva.core.events import ForgetBy
 from eva.core.keys import StreamId
+from eva.core.opt_out import OptedOut
 from eva.core.recall import RecallView, render_view
 from eva.core.settings import MemorySettings, ModelSettings
 from eva.discord import command_texts as texts
@@ -32,6 +33,7 @@ from eva.memory.forget import ErasureFailed, ForgetReport
 from eva.memory.person import PersonData, data_files, person_data, summary
 from eva.memory.view import RowText, Zoomed, ZoomError, channel_zone, row_lines, tail_messages
 from eva.store.event_store import EventStore
+from eva.store.opt_outs import read_opt_outs, set_opt_out
 from eva.store.switches import Switches
 
 log = logging.getLogger(__name__)
@@ -47,6 +49,8 @@ MY_DATA: Final = "my-data"
 FORGET_MEMBER: Final = "forget-member"
 BACKFILL: Final = "backfill"
 MEMORY_HERE: Final = "memory-here"
+DONT_REMEMBER_ME: Final = "dont-remember-me"
+REMEMBER_ME: Final = "remember-me"
 MEMORY_STATES: Final = ("on", "off", "off-and-erase")
 # Registered as the default for moderators' commands; either permission passes the check.
 UPLOAD_LIMIT_BYTES = 10 * 1024 * 1024
@@ -88,6 +92,8 @@ class CommandContext(Protocol):
     def backfill(self) -> Callable[[int], Awaitable[int]]: ...
     @property
     def switches(self) -> Switches: ...
+    @property
+    def opted_out(self) -> OptedOut: ...
 
 
 # -- registering -------------------------------------------------------------------
@@ -108,6 +114,8 @@ def command_definitions() -> list[hikari.api.SlashCommandBuilder]:
         _slash(MY_DATA, "What Eva keeps about you in this server, as a file only you see"),
         _slash(FORGET_MEMBER, "Erase a member's messages from Eva's memory", member, mod=True),
         _slash(BACKFILL, "Fetch the messages of this channel that Eva missed", mod=True),
+        _slash(DONT_REMEMBER_ME, "Eva keeps nothing you write in this server from now on"),
+        _slash(REMEMBER_ME, "Eva keeps what you write in this server again"),
         _slash(MEMORY_HERE, "Turn Eva's memory of this channel on or off", hikari.CommandOption(
             type=hikari.OptionType.STRING, name="state", description="on, off, or off and "
             "erase what she kept of it", is_required=True,
@@ -157,7 +165,7 @@ class ButtonId:
     """A confirm or cancel button: who may press it and who it forgets."""
 
     command: Literal["forget-me", "forget-member"]
-    choice: Literal["confirm", "cancel"]
+    choice: Literal["confirm", "cancel", "always"]  # always: forget me, and keep nothing more
     owner: int
     target: int
 
@@ -170,7 +178,7 @@ class ButtonId:
 def parse_button(custom_id: str) -> ButtonId | None:
     """The button a custom id names, or None if it is not one of Eva's."""
     match custom_id.split(":"):
-        case ["forget-me", "confirm" | "cancel" as choice, owner] if owner.isdigit():
+        case ["forget-me", "confirm" | "cancel" | "always" as choice, owner] if owner.isdigit():
             return ButtonId(FORGET_ME, choice, int(owner), int(owner))
         case ["forget-member", "confirm" | "cancel" as choice, owner, target] if (
             owner.isdigit() and target.isdigit()
@@ -186,11 +194,15 @@ def _buttons(
     confirm = ButtonId(command, "confirm", owner, target).custom_id()
     cancel = ButtonId(command, "cancel", owner, target).custom_id()
     label = "Forget me" if command == FORGET_ME else "Forget them"
-    return (
-        hikari.impl.MessageActionRowBuilder()
-        .add_interactive_button(hikari.ButtonStyle.DANGER, confirm, label=label)
-        .add_interactive_button(hikari.ButtonStyle.SECONDARY, cancel, label="Cancel")
+    row = hikari.impl.MessageActionRowBuilder().add_interactive_button(
+        hikari.ButtonStyle.DANGER, confirm, label=label
     )
+    if command == FORGET_ME:  # and the offer never to keep what they write again
+        always = ButtonId(command, "always", owner, target).custom_id()
+        row.add_interactive_button(
+            hikari.ButtonStyle.DANGER, always, label="Forget me and don't remember me"
+        )
+    return row.add_interactive_button(hikari.ButtonStyle.SECONDARY, cancel, label="Cancel")
 
 
 # -- answering ---------------------------------------------------------------------
@@ -342,6 +354,10 @@ async def _command(
             await answer.say(await _recall(context, stream, str(_option(inter, "query") or "")))
         case "zoom":
             await answer.say(await _zoom(context, stream, str(_option(inter, "address") or "")))
+        case "dont-remember-me" | "remember-me":
+            out = name == DONT_REMEMBER_ME
+            await context.run_trio(lambda: _opt(context, stream.guild_id, user, out))
+            await answer.say(texts.DONT_REMEMBER_ME if out else texts.REMEMBER_ME)
         case "memory-here":
             state = str(_option(inter, "state") or "")
             if not may_moderate(inter.member):
@@ -372,6 +388,13 @@ def _option(inter: hikari.CommandInteraction, name: str) -> str | int | float | 
 def may_moderate(member: hikari.InteractionMember | None) -> bool:
     """Whether a member may use the moderators' commands here."""
     return member is not None and bool(member.permissions & MODERATOR_ANY)
+
+
+async def _opt(context: CommandContext, guild_id: int, user: int, out: bool) -> None:
+    """The person's "don't remember me" (or its undoing), stored, then in force at once."""
+    now_ms = context.supervisor.shared.wall_ms()
+    await trio.to_thread.run_sync(set_opt_out, context.store, guild_id, user, out, "self", now_ms)
+    context.opted_out.people = set(read_opt_outs(context.store))
 
 
 async def _turn(context: CommandContext, stream: StreamId, state: str) -> None:
@@ -477,6 +500,8 @@ async def _press(
         return
     await answer.update(texts.FORGETTING)
     guild = int(inter.guild_id)
+    if button.choice == "always":  # kept out first: nothing they write meanwhile is kept
+        await context.run_trio(lambda: _opt(context, guild, button.owner, True))
     by: ForgetBy = "moderator" if moderator else "self"
     if moderator:
         log.info("moderator %s forgets a member in guild %s", button.owner, guild)

@@ -21,6 +21,7 @@ import hikari
 
 from eva.core.forget import Forgotten
 from eva.core.keys import StreamId
+from eva.core.opt_out import OptedOut
 from eva.discord.bridge import aio
 from eva.discord.mapping import display_name
 from eva.discord.messages import CHAT_TYPES, asks_eva, post_from
@@ -56,6 +57,7 @@ class HistoryHost(Protocol):
     eva_id: int
     eva_name: str
     on_stored: Stored | None
+    opted_out: OptedOut  # the people who asked not to be kept
 
     def claim(self, stream: StreamId, post: Post) -> bool:
         """Take the right to answer a message: False if it was stored before or is claimed
@@ -115,7 +117,9 @@ class History:
                 author = message.author
                 name = display_name(None, author.global_name, author.username)
                 post = post_from(message, eva.eva_id, eva.eva_name, name)
-                if forgotten(post.author_id, post.at_ms):  # they asked to be forgotten since
+                if forgotten(post.author_id, post.at_ms) or eva.opted_out(
+                    stream.guild_id, post.author_id
+                ):  # they asked to be forgotten since, or not to be kept
                     skipped += 1
                     continue
                 if int(author.id) == eva.eva_id and post.reply_to is not None:

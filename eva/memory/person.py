@@ -26,8 +26,10 @@ from eva.core.events import (
     event_tag,
 )
 from eva.core.keys import StreamId
+from eva.core.opt_out import EVERY_GUILD
 from eva.core.their_part import their_part
 from eva.store.event_store import EventStore
+from eva.store.opt_outs import read_opt_outs
 
 T = TypeVar("T")
 
@@ -72,6 +74,8 @@ class PersonData(msgspec.Struct, kw_only=True):
     records: list[PersonRecord] = msgspec.field(default_factory=list)
     deleted_messages: int = 0  # deleted or erased: counted, never shown
     withheld_channels: list[str] = msgspec.field(default_factory=list)  # a forget under way
+    kept_out_of: list[int] = msgspec.field(default_factory=list)  # guilds (0: every one)
+    """Where they asked Eva to keep nothing they write (eva.core.opt_out)."""
     part: int = 1  # of `parts`, when the data is sent in several files
     parts: int = 1
 
@@ -125,6 +129,10 @@ def person_data(store: EventStore, user_id: int, guild: int | None = None) -> Pe
     """Everything the store keeps about `user_id`, in every channel (or one guild's)."""
     hashes = store.hashes.all_of(user_id)
     data = PersonData(user_id=user_id, person_hash=hashes[0])
+    data.kept_out_of = sorted(
+        {g for g, person in read_opt_outs(store) if person in hashes
+         and (guild is None or g in (guild, EVERY_GUILD))}
+    )
     for meta in store.streams():
         if guild is not None and meta.guild_id != guild:
             continue
@@ -262,6 +270,10 @@ def summary(data: PersonData) -> str:
     )
     if data.deleted_messages:
         text += f"; {data.deleted_messages} deleted or erased messages kept without their words"
+    if data.kept_out_of:
+        where = ", ".join("every server" if g == EVERY_GUILD else f"guild {g}"
+                          for g in data.kept_out_of)
+        text += f"; they asked that nothing they write be kept in {where}"
     if data.withheld_channels:
         text += (
             f"; a forget of them is under way in {len(data.withheld_channels)} channels, "

@@ -22,18 +22,21 @@ MEMBERS = ("ann", "bo", "cy")
 SERVER = "try-eva"
 CHANNELS = ("general", "random")
 WATCH_SECONDS = 0.2
-COMMANDS_WITH_TEXT = {"recall": "query", "zoom": "address"}
-COMMANDS_PLAIN = ("privacy", "memory", "my-data", "forget-me", "backfill")
+COMMANDS_WITH_TEXT = {"recall": "query", "zoom": "address", "memory-here": "state"}
+COMMANDS_PLAIN = (
+    "privacy", "memory", "my-data", "forget-me", "backfill", "dont-remember-me", "remember-me"
+)
 HELP = """\
 Type a line to post it as the member you are (the first one at the start).
   Bo: text          post as Bo (and be Bo from then on)
   @Eva ...          mention Eva, so that she answers
   /as NAME          be another member          /in CHANNEL   post in another channel
   /edit TEXT        edit your last message     /delete       delete your last message
-  /privacy /memory /my-data /forget-me /backfill
+  /privacy /memory /my-data /forget-me /backfill /dont-remember-me /remember-me
   /recall WORDS     /zoom ADDRESS              Eva's slash commands, as you
+  /memory-here on|off|off-and-erase            the moderator's channel switch
   /forget-member NAME                          the moderator's forget, as you
-  /confirm /cancel  press the button of Eva's last question to you
+  /confirm /always /cancel   press that button of Eva's last question to you
   /who              the members and channels   /help         this text
 Ctrl-D (or /quit) stops the fake Discord."""
 
@@ -142,7 +145,7 @@ def _command(console: Console, text: str) -> bool:
         fake.slash_command(guild.id, console.channel.id, console.me, name, [
             {"name": "member", "type": 6, "value": target}
         ])
-    elif name in ("confirm", "cancel"):
+    elif name in ("confirm", "always", "cancel"):
         _press(console, name)
     else:
         console.say(f"not understood: {text!r} (/help lists what can be typed)")
