@@ -94,7 +94,8 @@ def test_a_member_typed_into_the_fake_discord_is_answered_by_eva_run(tmp_path: P
         fake.wait_for(r"^Eva in #general( \(edited\))?, only you see it: "
                       r".*\[files: \S+ \([1-9][\d,]* bytes\)\]")
         fake.type("/forget-me")
-        fake.wait_for(r"^Eva in #general, only you see it: .*\[buttons: /confirm, /always, /cancel\]")
+        fake.wait_for(r"^Eva in #general, only you see it: "
+                      r".*\[buttons: /confirm, /always, /cancel\]")
         fake.type("/cancel")
         fake.wait_for(r"^Eva in #general \(edited\), only you see it: Nothing was forgotten")
         fake.type("/as nobody")
