@@ -19,36 +19,29 @@ CUT_NOTE = "(cut to fit in one Discord message)"
 
 PRIVACY = """\
 **What Eva stores**
-- Every message posted in the channels and threads of this server that she can read: its \
-text, the author's name and id, the time, and the names of attachments (not the files). Bots' \
-messages count too, hers included. That starts the day she joined, and reaches further back \
-when a moderator runs `/backfill` or whoever runs her imports a channel's history.
-- Lines of memory made from those messages: short texts that say who said what.
-- The tools she used and the replies she wrote.
-It is kept in a database (LMDB) on the machine of whoever runs this bot, apart from other \
-servers. To write lines and replies, the texts they are made from are sent to the model \
-provider (Anthropic), which sees them under its own terms.
+- Every message in the channels and threads of this server she can read: its text, the \
+author's name and id, the time, and attachment names (not the files). Bots' messages too, \
+hers included. From the day she joined, and further back when a moderator runs \
+`/backfill` or her host imports a channel's history.
+- Lines of memory made from them, saying who said what; her replies and the tools she used.
+It is kept in a database (LMDB) on her host's machine. To write lines and replies, the \
+texts are sent to the model provider (Anthropic), under its own terms.
 
 **For how long**
-Until a message is deleted in Discord or its author is forgotten. Otherwise the memory is \
-meant to last: Eva is built to remember a group for months and years.
+Until a message is deleted in Discord (its words leave her files within ten minutes, \
+unless her host set another delay; an edit replaces the old text the same way), its author \
+is forgotten, its channel is erased, or she is removed from the server (all of it erased \
+30 days later unless she is added back). Otherwise the memory is meant to last.
 
-**How to be forgotten**
-- `/forget-me` erases every message you wrote in this server, and every line made from them, \
-then checks Eva's data files to make sure none of your messages is left in them. All that \
-stays is a record that a forget happened, with counts and an id hashed with a secret kept \
-apart from the data (the files alone do not tell who asked), no content. Another \
-person's message that quotes you stays: it is theirs to forget. A backup taken before stays \
-as it was until it is removed; restoring it over her data forgets you again.
-- Deleting a message in Discord erases it from her memory too, and its words leave her data \
-files soon after (ten minutes, unless her host set another delay). Editing one replaces \
-the old text the same way, and the lines made from it are made again.
-- Moderators can forget a member with `/forget-member`.
-Messages you write after a forget are remembered again as usual.
-
-**What she keeps about you**
-`/my-data` sends you, and only you, a file with every message of yours she has stored and \
-every line of memory that credits you."""
+**Your choices**
+- `/forget-me` erases every message you wrote here and every line made from them, then \
+checks her files for them. What stays is a record with counts and an id hashed with a \
+secret kept apart from the data. Another person's message that quotes you stays: it is \
+theirs to forget. A backup taken before stays until removed; restoring it forgets you again.
+- `/dont-remember-me`: nothing you write here is kept from now on (`/remember-me` undoes it).
+- `/my-data` sends you, and only you, what she keeps about you.
+- Moderators: `/forget-member`, and `/memory-here` to turn her memory of a channel off \
+(and erase it) or on."""
 
 FORGET_ME_ASK = (
     "This erases every message you wrote in this server from Eva's memory, and every line "
