@@ -107,11 +107,6 @@ def sibling(address: Address) -> Address:
     return Address(start ^ size, size)
 
 
-def is_left_half(address: Address) -> bool:
-    """Whether `address` is the older half of its parent."""
-    return address.start % (address.size * 2) == 0
-
-
 def halves(address: Address) -> tuple[Address, Address]:
     """The older and newer halves of a line of size >= 2."""
     start, size = address.start, address.size

@@ -166,18 +166,13 @@ def line_key(stream: StreamId, start: int, size: int) -> bytes:
     return _LINE.pack(stream.guild_id, stream.channel_id, size.bit_length() - 1, start)
 
 
-def ready_key(stream: StreamId, start: int, size: int) -> bytes:
-    """A merge whose halves both exist and whose line is due: laid out like `line_key`."""
-    return line_key(stream, start, size)
-
-
 def stale_key(stream: StreamId, start: int, size: int) -> bytes:
     """A line whose text is wrong now (a message under it was erased or edited)."""
     return line_key(stream, start, size)
 
 
 def address_of_line_key(key: bytes) -> tuple[int, int]:
-    """The (start, size) of a `line_key` or `ready_key`."""
+    """The (start, size) of a `line_key` (a `ready` or `stale` entry is keyed the same)."""
     _, _, level, start = _LINE.unpack(key)
     return start, 1 << level
 

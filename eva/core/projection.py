@@ -438,7 +438,7 @@ class Projector:
                 and self._has_line(stream, meta, start + half, half)
             ):
                 raise Rejected(f"{stream}: line {start}+{size} is written before its halves")
-        # A merge's key in `ready` is its line's key (keys.ready_key).
+        # A merge's key in `ready` is its line's key (keys.line_key).
         line_key = keys.line_key(stream, start, size)
         tables.put("lines", line_key, encode_record(LineSlot(seq)))
         self._lines[line_key] = True

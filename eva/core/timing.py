@@ -85,11 +85,6 @@ def publish_reason(
     return None
 
 
-def quiet_deadline(last_input_ms: int, settings: MemorySettings) -> int:
-    """The time at which the chat counts as quiet if nothing more arrives."""
-    return last_input_ms + settings.quiet_ms
-
-
 def pending_tasks(meta: StreamMeta, settings: MemorySettings) -> int:
     """Merges ready now and lines to remake, plus the unleafed messages when compression is due.
 

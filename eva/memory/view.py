@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import time
+import weakref
 from dataclasses import dataclass, field
 from datetime import date, datetime, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -261,7 +262,10 @@ RECALL_HITS = 100
 # The last few channels' messages past the recall index, gathered for search: a
 # conversation's recalls come one after another while its channel stands still.
 OPEN_CHUNKS_KEPT = 16
-_open_chunks: dict[tuple[int, StreamId, int, frozenset[int]], OpenChunk] = {}
+_open_chunks: weakref.WeakKeyDictionary[
+    object, dict[tuple[StreamId, int, frozenset[int]], OpenChunk]
+] = weakref.WeakKeyDictionary()
+"""Per backend (gone with it: an id could be another backend's once this one is freed)."""
 RECALL_CAP_BYTES = 12_000  # `eva recall`: about what an answer was when recall was first measured
 
 
@@ -308,18 +312,19 @@ def recall(
         first_ms, last_ms = _time_at(tables, stream, 0), _time_at(tables, stream, messages - 1)
         question = read_query(query, tz, asked_ms, first_ms, last_ms)
         position = meta.position if meta is not None else 0
-        open_key = (id(store.backend), stream, position, hidden)
-        unindexed = _open_chunks.get(open_key)
+        open_key = (stream, position, hidden)
+        chunks = _open_chunks.setdefault(store.backend, {})
+        unindexed = chunks.get(open_key)
         if unindexed is None:
             open_chunk = read_messages(tables, stream, indexed_upto(stream, messages), messages)
-            unindexed = _open_chunks[open_key] = OpenChunk(
+            unindexed = chunks[open_key] = OpenChunk(
                 (index, index_text(posted.author_name, message.content, message.attachments))
                 for index, message in open_chunk
                 if index not in hidden
                 for posted in (message.posted,)
             )
-            while len(_open_chunks) > OPEN_CHUNKS_KEPT:
-                del _open_chunks[next(iter(_open_chunks))]
+            while len(chunks) > OPEN_CHUNKS_KEPT:
+                del chunks[next(iter(chunks))]
         chosen = after is not None or before is not None
         spans = (
             ((_day_ms(after, tz, first_ms), _day_ms(before, tz, last_ms + 1)),)

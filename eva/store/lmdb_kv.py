@@ -48,6 +48,7 @@ from eva.core.slots import hold_open_slots
 from eva.core.tables import Tables
 from eva.store.kv import COPY_BYTES
 from eva.store.private import private_dir, private_files
+from eva.store.scratch_env import open_scratch_env
 from eva.store.writer_lock import take_writer_lock
 
 T = TypeVar("T")
@@ -503,15 +504,7 @@ def _copy_live(source: Any, dbs: dict[Table, Any], target: Path, map_bytes: int)
 
 
 def _copy_into(source: Any, dbs: dict[Table, Any], target: Path, map_bytes: int) -> None:
-    fresh = lmdb.open(
-        str(target),
-        map_size=map_bytes,
-        max_dbs=len(ALL_TABLES) + 4,
-        sync=False,
-        metasync=False,
-        lock=False,
-        readahead=False,
-    )
+    fresh = open_scratch_env(target, map_bytes)
     private_files(target / DATA_FILE)
 
     def release() -> None:

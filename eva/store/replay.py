@@ -43,6 +43,7 @@ from eva.core.tables import Tables
 from eva.store.event_store import EventStore
 from eva.store.lmdb_kv import DATA_FILE, LmdbBackend, LmdbTables, release_mapping
 from eva.store.replay_index import IndexBeside, index_beside, may_fork_beside
+from eva.store.scratch_env import open_scratch_env
 
 REBUILD_BATCH = 4096
 """Events applied to the scratch environment in one of its transactions."""
@@ -371,15 +372,7 @@ class _Scratch:
 
     def __init__(self, path: Path) -> None:
         self._file = path / DATA_FILE
-        self._env = lmdb.open(
-            str(path),
-            map_size=_SCRATCH_MAP_BYTES,
-            max_dbs=len(ALL_TABLES) + 4,
-            sync=False,
-            metasync=False,
-            lock=False,
-            readahead=False,
-        )
+        self._env = open_scratch_env(path, _SCRATCH_MAP_BYTES)
         self._dbs: dict[Table, Any] = {
             table: self._env.open_db(table.encode()) for table in ALL_TABLES
         }
