@@ -7,9 +7,9 @@ from collections.abc import Iterator
 import anthropic
 import pytest
 
-from eva.core.cache_model import Block, CacheRuleError, CacheSimulator, RequestUsage
 from eva.core.costs import cost_of
 from eva.core.prices import default_prices
+from eva.plan.cache_model import Block, CacheRuleError, CacheSimulator, RequestUsage
 from eva.testing.fake_anthropic import FakeMessagesAPI, tokens
 
 SYSTEM = Block(1000, "system", "1h")

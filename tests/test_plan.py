@@ -12,7 +12,10 @@ import pytest
 from eva.cli.main import main
 from eva.core.block import ShownMessage, memory_row, message_line
 from eva.core.events import AnyEvent, LineWritten, MessagePosted, RowPublished
-from eva.core.plan import (
+from eva.core.prices import Price
+from eva.core.summarize import OFFLINE_MODEL
+from eva.demo.friends import friends_export
+from eva.plan.server_month import (
     MONTH_DAYS,
     PromptTexts,
     ReplyAssumptions,
@@ -23,10 +26,7 @@ from eva.core.plan import (
     read_timeline,
     zoom_depth,
 )
-from eva.core.prices import Price
-from eva.core.summarize import OFFLINE_MODEL
-from eva.core.tree_cost import bill_tree
-from eva.demo.friends import friends_export
+from eva.plan.tree_cost import bill_tree
 
 BASE_MS = 1_700_000_000_000
 DAY_MS = 86_400_000

@@ -1,6 +1,6 @@
 # `eva plan`: the monthly bill of one server, from a channel's real timing.
 #
-# Shell around eva.core.plan. It reads a channel (an export, or a channel of a
+# Shell around eva.plan.server_month. It reads a channel (an export, or a channel of a
 # data directory, which it only reads), puts Eva's replies among its messages,
 # posts each answer into the chat after its question, plays the whole through
 # the memory with the offline summarizer in a temporary directory (nothing is
@@ -37,11 +37,20 @@ from eva.cli.common import (
     open_store,
     print_json,
 )
-from eva.core.chart import daily_usd_svg
 from eva.core.dce import ExportError, export_events, parse_export
 from eva.core.events import AnyEvent, ChannelDescribed, MessagePosted
 from eva.core.keys import StreamId
-from eva.core.plan import (
+from eva.core.prices import BYTES_PER_TOKEN
+from eva.core.prompt import CACHE_LAYOUTS, estimate_tokens
+from eva.core.settings import MemorySettings, ModelSettings
+from eva.core.summarize import OfflineSummarizer
+from eva.memory.build import Memory
+from eva.memory.view import channel_zone
+from eva.model.line_prompt import LINE_INSTRUCTIONS
+from eva.model.prompts import SYSTEM_PROMPT, new_message_text
+from eva.model.reply import EMPTY_TAIL_TEXT, TOOL_USE_SYSTEM_TOKENS, TOOLS_TEXT
+from eva.plan.chart import daily_usd_svg
+from eva.plan.server_month import (
     PLAN_REPLIES,
     PLAN_USD,
     ROUNDS,
@@ -60,16 +69,7 @@ from eva.core.plan import (
     summarize,
     usd_by_day,
 )
-from eva.core.prices import BYTES_PER_TOKEN
-from eva.core.prompt import CACHE_LAYOUTS, estimate_tokens
-from eva.core.settings import MemorySettings, ModelSettings
-from eva.core.summarize import OfflineSummarizer
-from eva.core.tree_cost import TreeBill, bill_tree
-from eva.memory.build import Memory
-from eva.memory.view import channel_zone
-from eva.model.line_prompt import LINE_INSTRUCTIONS
-from eva.model.prompts import SYSTEM_PROMPT, new_message_text
-from eva.model.reply import EMPTY_TAIL_TEXT, TOOL_USE_SYSTEM_TOKENS, TOOLS_TEXT
+from eva.plan.tree_cost import TreeBill, bill_tree
 from eva.store.event_store import EventStore
 from eva.store.lmdb_kv import open_backend
 

@@ -28,10 +28,10 @@ from eva.core.costs import CostReport, sum_costs
 from eva.core.erasures import describe_erasure
 from eva.core.events import LineWritten, ReplyWritten, RowPublished
 from eva.core.keys import StreamId
-from eva.core.plan import PLAN_REPLIES, PLAN_USD
 from eva.core.settings import MemorySettings, ModelSettings
 from eva.core.state import StreamMeta
 from eva.core.timing import pending_tasks
+from eva.plan.server_month import PLAN_REPLIES, PLAN_USD
 from eva.store.event_store import EventStore
 from eva.store.guild_erasure import erasure_records
 

@@ -2,12 +2,12 @@
 #
 # Pure: it is handed texts and settings as values and returns parts and
 # numbers. The reply path (eva.model.reply) sends exactly these parts and the
-# planner (eva.core.plan) prices exactly these parts, so what is planned is
+# planner (eva.plan.server_month) prices exactly these parts, so what is planned is
 # what is sent. It may not know the tokenizer: tokens are estimated from UTF-8
 # bytes with a bytes-per-token figure the caller gives (a setting per model).
 # Invariants: the parts come in cache order (tools, system, memory row, tail
 # chunks, the new message); at most four marks, and no one-hour mark after a
-# five-minute one (see eva.core.cache_model); the tail's chunks joined are the
+# five-minute one (see eva.plan.cache_model); the tail's chunks joined are the
 # tail, and earlier chunks never change between two prompts of one row, so
 # a reply reads the tail the previous reply wrote.
 from __future__ import annotations

@@ -4,7 +4,7 @@
 # anthropic SDK talks to it through `base_url`. It records every request,
 # answers with a pluggable function, and plays failures from a script:
 # 429 with retry-after, 529, 500, 504, a hang, a connection dropped halfway,
-# the spend-limit refusal. Its prompt cache is eva.core.cache_model on its own
+# the spend-limit refusal. Its prompt cache is eva.plan.cache_model on its own
 # clock, with the provider's rules: at most four marks and no one-hour mark
 # after a five-minute one (refused with a 400 as the provider refuses them),
 # each entry living its mark's lifetime, writes reported per lifetime. It
@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from eva.core.cache_model import Block, CacheRuleError, CacheSimulator, RequestUsage, block_key
 from eva.core.prices import BYTES_PER_TOKEN
 from eva.core.prompt import estimate_tokens
+from eva.plan.cache_model import Block, CacheRuleError, CacheSimulator, RequestUsage, block_key
 
 JSON = dict[str, Any]
 

@@ -29,7 +29,6 @@ import msgspec
 
 from eva.core.address import Address
 from eva.core.block import ShownMessage, message_line
-from eva.core.cache_model import Block, CacheSimulator, RequestUsage, block_key
 from eva.core.costs import cost_of
 from eva.core.events import AnyEvent, LineWritten, MessagePosted, RowPublished, Usage
 from eva.core.prices import BYTES_PER_TOKEN, Price
@@ -41,7 +40,8 @@ from eva.core.prompt import (
     tokens_at_most,
 )
 from eva.core.render import render_line
-from eva.core.tree_cost import DAY_MS, TreeBill
+from eva.plan.cache_model import Block, CacheSimulator, RequestUsage, block_key
+from eva.plan.tree_cost import DAY_MS, TreeBill
 
 MONTH_DAYS = 30.4375
 """An average calendar month (365.25 / 12 days)."""
