@@ -10,6 +10,7 @@ import trio
 
 from eva.cli.common import (
     UserError,
+    add_channel_argument,
     add_data_option,
     add_json_option,
     add_settings_option,
@@ -47,7 +48,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "cost. The reply is not recorded; the tool calls are, as the bot's are."
         ),
     )
-    parser.add_argument("channel", help="GUILD/CHANNEL, a channel id, or a channel name")
+    add_channel_argument(parser)
     parser.add_argument("question", nargs="+", help="the question, in plain words")
     parser.add_argument("--as", dest="as_name", default="someone", metavar="NAME",
                         help="who asks (default: someone)")

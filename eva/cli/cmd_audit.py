@@ -8,6 +8,7 @@ import msgspec
 
 from eva.cli.common import (
     UserError,
+    add_channel_argument,
     add_data_option,
     add_json_option,
     find_stream,
@@ -36,7 +37,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "is rewritten. With --at, show the row as it stood at that time."
         ),
     )
-    parser.add_argument("channel", help="GUILD/CHANNEL, a channel id, or a channel name")
+    add_channel_argument(parser)
     when = parser.add_mutually_exclusive_group()
     when.add_argument(
         "--at",

@@ -12,6 +12,7 @@ from eva.cli.cmd_forget import finish_left_forgets, finish_left_purges
 from eva.cli.common import (
     Progress,
     UserError,
+    add_channel_argument,
     add_data_option,
     add_json_option,
     add_settings_option,
@@ -39,7 +40,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "summarizer (no network) unless --model is given."
         ),
     )
-    parser.add_argument("channel", nargs="?", help="only this channel (default: every channel)")
+    add_channel_argument(parser, optional=True)
     parser.add_argument(
         "--model",
         action="store_true",

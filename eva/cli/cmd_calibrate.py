@@ -19,6 +19,7 @@ import trio
 from eva.cli.cmd_cost import load_model_settings
 from eva.cli.common import (
     UserError,
+    add_channel_argument,
     add_data_option,
     add_json_option,
     add_settings_option,
@@ -48,7 +49,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "base_url in the [models] settings. Changes no file."
         ),
     )
-    parser.add_argument("channel", help="the channel (GUILD/CHANNEL, id or name)")
+    add_channel_argument(parser)
     add_data_option(parser)
     add_settings_option(parser)
     add_json_option(parser)

@@ -13,6 +13,7 @@ import msgspec
 
 from eva.cli.common import (
     UserError,
+    add_channel_argument,
     add_data_option,
     add_json_option,
     add_settings_option,
@@ -111,7 +112,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "as unpriced; lines and replies made offline are free."
         ),
     )
-    cost.add_argument("channel", nargs="?", help="only this channel (GUILD/CHANNEL, id or name)")
+    add_channel_argument(cost, optional=True)
     add_data_option(cost)
     add_settings_option(cost)
     add_json_option(cost)

@@ -7,6 +7,7 @@ import msgspec
 
 from eva.cli.common import (
     UserError,
+    add_channel_argument,
     add_data_option,
     add_json_option,
     add_settings_option,
@@ -37,7 +38,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="print a channel's memory block: the row in <memory> tags, then the tail",
         description="Print the memory block exactly as Eva's prompt uses it.",
     )
-    memory.add_argument("channel", help="GUILD/CHANNEL, a channel id, or a channel name")
+    add_channel_argument(memory)
     add_data_option(memory)
     add_settings_option(memory)
     add_json_option(memory)
@@ -51,7 +52,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "with size 1, the whole message with its author and time."
         ),
     )
-    zoom_parser.add_argument("channel", help="GUILD/CHANNEL, a channel id, or a channel name")
+    add_channel_argument(zoom_parser)
     zoom_parser.add_argument("address", help="a line address START+SIZE, e.g. 1024+256 or 17+1")
     zoom_parser.add_argument("--page", type=int, default=1, help="page of a long message")
     add_data_option(zoom_parser)
@@ -67,7 +68,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "and show each hit with the two messages before and after it."
         ),
     )
-    recall_parser.add_argument("channel", help="GUILD/CHANNEL, a channel id, or a channel name")
+    add_channel_argument(recall_parser)
     recall_parser.add_argument("words", nargs="+", help="the words to look for")
     recall_parser.add_argument(
         "--cap",

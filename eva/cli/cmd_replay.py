@@ -8,6 +8,7 @@ import time
 from eva.cli.common import (
     Progress,
     UserError,
+    add_channel_argument,
     add_data_option,
     add_json_option,
     find_stream,
@@ -34,7 +35,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "stopped), and is checked again; a broken log is never repaired, only reported."
         ),
     )
-    parser.add_argument("channel", nargs="?", help="only this channel (GUILD/CHANNEL, id or name)")
+    add_channel_argument(parser, optional=True)
     add_data_option(parser)
     add_json_option(parser)
     parser.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -16,7 +16,14 @@ from datetime import tzinfo
 from pathlib import Path
 from xml.sax.saxutils import escape, quoteattr
 
-from eva.cli.common import add_data_option, add_json_option, find_stream, open_store, print_json
+from eva.cli.common import (
+    add_channel_argument,
+    add_data_option,
+    add_json_option,
+    find_stream,
+    open_store,
+    print_json,
+)
 from eva.core import keys
 from eva.core.address import Address, format_address, level
 from eva.core.keys import StreamId
@@ -71,7 +78,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "levels of big trees are drawn as density bands."
         ),
     )
-    parser.add_argument("channel", help="the channel (GUILD/CHANNEL, id or name)")
+    add_channel_argument(parser)
     parser.add_argument("--svg", type=Path, required=True, help="the SVG file to write")
     add_data_option(parser)
     add_json_option(parser)

@@ -38,6 +38,19 @@ class UserError(Exception):
     """A problem the person running the command can fix; printed without a traceback."""
 
 
+CHANNEL_HELP = "GUILD/CHANNEL, a channel id, or a channel name"
+
+
+def add_channel_argument(parser: argparse.ArgumentParser, *, optional: bool = False) -> None:
+    """The channel a command is about: one always, or (optional) only this one of all."""
+    if optional:
+        parser.add_argument(
+            "channel", nargs="?", help=f"only this channel (default: every channel): {CHANNEL_HELP}"
+        )
+    else:
+        parser.add_argument("channel", help=CHANNEL_HELP)
+
+
 def add_data_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--data",

@@ -321,10 +321,7 @@ class Supervisor:
             result = await self.ask(stream, ForgetHere(person_hash=person, by=by))
             if result is not None:
                 erased.append(result)
-                report.channels.append(str(stream))
-                report.messages_erased += result.messages
-                report.lines_remade += result.lines
-                report.model_tasks += result.model_tasks
+                report.count(result)
         report.erase_s = time.perf_counter() - started
         if not erased or self._data_dir is None:
             return report

@@ -83,6 +83,13 @@ class ForgetReport:
     compact_s: float = 0.0
     scan_s: float = 0.0
 
+    def count(self, erased: StreamErased) -> None:
+        """Add one channel's erasure (counts only)."""
+        self.channels.append(str(erased.stream))
+        self.messages_erased += erased.messages
+        self.lines_remade += erased.lines
+        self.model_tasks += erased.model_tasks
+
 
 async def erase_in_stream(
     store: EventStore,
@@ -266,10 +273,7 @@ async def forget(
         )
         if result is not None:
             erased.append(result)
-            report.channels.append(str(stream))
-            report.messages_erased += result.messages
-            report.lines_remade += result.lines
-            report.model_tasks += result.model_tasks
+            report.count(result)
     report.erase_s = time.perf_counter() - started
     if not erased:
         return report
