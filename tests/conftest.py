@@ -1,6 +1,8 @@
 # What every test shares: a key store of its own, never the one in the home directory.
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 from collections.abc import Iterator
 
@@ -9,10 +11,15 @@ import pytest
 
 @pytest.fixture(autouse=True, scope="session")
 def key_store_of_the_tests(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """EVA_KEYS names a directory of this test process (and the processes it starts)."""
+    """EVA_KEYS names a directory of this test process (and the processes it starts),
+    made before any test runs: no command's output depends on being the first to write."""
+    from eva.store.key_store import open_key_store
+
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("EVA_KEYS", str(tmp_path_factory.mktemp("keys") / "store"))
         patch.delenv("EVA_MASTER_KEY", raising=False)
+        with contextlib.redirect_stderr(io.StringIO()):  # its notice, said once
+            open_key_store(create=True)
         yield
 
 

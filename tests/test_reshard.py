@@ -159,3 +159,47 @@ def test_a_channel_held_differently_in_both_places_stays_where_it_is(
     assert "1 NOT moved" in out
     assert digests([dirs[0]]) == before  # both channels stay in the source, whole
     assert marker(guild).encode() in (dirs[0] / "data.mdb").read_bytes()
+
+
+def test_a_moved_guild_takes_its_switches_keep_outs_and_erasure_records_along(
+    tmp_path: Path,
+) -> None:
+    from eva.core.opt_out import EVERY_GUILD
+    from eva.store.guild_erasure import ask_erasure, erasure_records
+    from eva.store.opt_outs import read_opt_outs, set_opt_out
+    from eva.store.switches import read_switches, set_switch
+
+    two = [tmp_path / "a", tmp_path / "b"]
+    three = [*two, tmp_path / "c"]
+    fleet = generate(two, 30)
+    movers = [g for g in fleet.guilds if shard_of(g, 3) != shard_of(g, 2)]
+    stayer = next(g for g in fleet.guilds if shard_of(g, 3) == shard_of(g, 2))
+    now = int(time.time() * 1000)
+    for guild in (movers[0], stayer):
+        home = fleet.owner(guild, two)
+        store = EventStore(open_backend(home))
+        set_switch(store, fleet.streams[guild][0], False, "moderator", now)
+        set_opt_out(store, guild, 7, True, "self", now)
+        set_opt_out(store, EVERY_GUILD, 8, True, "operator", now)
+        ask_erasure(store, guild, "left", now, now + 10**12)
+        open_backend(home).close()
+    assert eva("reshard", "--shard-count", "3", *map(str, three), dirs=three) == 0
+
+    def records(directory: Path) -> tuple[set[int], set[int], set[int]]:
+        store = EventStore(open_backend(directory))
+        try:
+            return (
+                {s.guild_id for s in read_switches(store)},
+                {g for g, _ in read_opt_outs(store)},
+                {r.guild_id for r in erasure_records(store)},
+            )
+        finally:
+            open_backend(directory).close()
+
+    moved_to, moved_from = fleet.owner(movers[0], three), fleet.owner(movers[0], two)
+    assert records(moved_to) == ({movers[0]}, {movers[0], EVERY_GUILD}, {movers[0]})
+    switches, kept_out, erasures = records(moved_from)
+    assert movers[0] not in switches | erasures and movers[0] not in kept_out
+    assert EVERY_GUILD in kept_out  # a keep-out for every server stays everywhere
+    stays = fleet.owner(stayer, three)
+    assert records(stays)[0] >= {stayer}

@@ -30,6 +30,7 @@ from eva.core.keys import StreamId
 from eva.core.shards import Move, moves
 from eva.store.erasure import PROOF_TEXTS_MOST, prove_erased, texts_of_guilds
 from eva.store.event_store import EventStore
+from eva.store.guild_records import copy_guild_records, remove_guild_records
 from eva.store.lmdb_kv import LmdbBackend, fsync_dir
 from eva.store.moving import Copied, copy_streams, remove_streams
 from eva.store.replay import replay_stream
@@ -248,8 +249,11 @@ def _move_batch(
             leaving.extend(mine)
     gone = [g.guild_id for g in moved if g.outcome == "moved"]
     if gone:
+        # the servers' switches, "don't remember me"s and erasure records go with them
+        copy_guild_records(source.store.backend, target.store.backend, gone)
         note_in_journal(source.path, gone)
         remove_streams(source.store.backend, leaving)
+        remove_guild_records(source.store.backend, gone)
 
 
 def _problem(target: Place, stream: StreamId, copied: Copied | None) -> tuple[bool, str] | None:
