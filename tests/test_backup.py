@@ -230,3 +230,40 @@ def test_a_restore_whose_forgets_meet_a_full_disk_says_they_are_pending(
     monkeypatch.setattr(cmd_forget, "finish_pending", finish)
     assert eva("forget", "--resume", "--data", str(live), dirs=[live]) == 0
     assert not markers_in_files(live, forgotten)
+
+
+def test_a_restore_erases_again_a_server_erased_since_and_keeps_newer_switches(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import time
+
+    from eva.core.opt_out import EVERY_GUILD
+    from eva.store.guild_erasure import erasure_of
+    from eva.store.opt_outs import read_opt_outs, set_opt_out
+    from eva.store.switches import read_switches, set_switch
+
+    live, backup = tmp_path / "live", tmp_path / "backup"
+    trio.run(built, live)
+    open_backend(live).close()
+    assert eva("backup", str(backup), "--data", str(live), dirs=[live]) == 0
+    everyone = [marker(p, i) for p in PEOPLE for i in range(160)]
+    assert markers_in_files(backup, everyone)
+    # after the backup: the server is erased, a channel is turned off, someone kept out
+    assert eva("forget", "--guild", "9", "--yes", "--data", str(live), dirs=[live]) == 0
+    store = EventStore(open_backend(live))
+    now = int(time.time() * 1000)
+    set_switch(store, StreamId(9, 1), False, "moderator", now)
+    set_opt_out(store, EVERY_GUILD, 303, True, "self", now)
+    open_backend(live).close()
+    capsys.readouterr()
+    assert eva("restore", str(backup), "--data", str(live), "--replace", dirs=[live]) == 0
+    assert not markers_in_files(live, everyone)  # the server erased again, at once
+    store = EventStore(open_backend(live))
+    try:
+        record = erasure_of(store, 9)
+        assert record is not None and record.done_ms and record.found == 0
+        assert not read_switches(store)[StreamId(9, 1)].on
+        assert {guild for guild, _ in read_opt_outs(store)} == {EVERY_GUILD}
+        assert store.streams() == []
+    finally:
+        open_backend(live).close()

@@ -35,6 +35,7 @@ from eva.store.backup import (
     take_backup,
 )
 from eva.store.event_store import EventStore
+from eva.store.guild_records import carry_newer_records
 from eva.store.key_binding import bound_id
 from eva.store.lmdb_kv import COMPACT_DIR, LmdbBackend
 
@@ -117,6 +118,7 @@ def run_backup(args: argparse.Namespace) -> int:
 
 def run_restore(args: argparse.Namespace) -> int:
     from eva.cli.cmd_forget import finish_pending
+    from eva.cli.forget_guild import finish_owed_erasures
     from eva.memory.forget import ErasureFailed, append_tombstones
 
     started = time.perf_counter()
@@ -137,10 +139,12 @@ def run_restore(args: argparse.Namespace) -> int:
             f"{args.data} holds data; give --replace to put the backup in its place (what it "
             "holds that the backup does not is lost), or restore into a new directory"
         )
-    newer = [forget_records(open_store(path)) for path in args.forgets_from]
+    newer_stores = [open_store(path) for path in args.forgets_from]
+    newer = [forget_records(newer_store) for newer_store in newer_stores]
     store = open_store(args.data, must_exist=False, write=True)
     if there:
         newer.append(forget_records(store))
+        newer_stores.append(store)
     staging = args.data / COMPACT_DIR
     stage(args.backup, staging)
     staged = EventStore(LmdbBackend(staging))
@@ -155,6 +159,11 @@ def run_restore(args: argparse.Namespace) -> int:
         held = {StreamId(m.guild_id, m.channel_id) for m in staged.streams()}
         people = forgotten_since(forget_records(staged), newer)
         now_ms = int(time.time() * 1000)
+        erased_again = {
+            guild
+            for newer_store in newer_stores
+            for guild in carry_newer_records(newer_store.backend, staged.backend, now_ms)
+        }
         for person, streams in people.items():
             mine = [s for s in streams if s in held]
             append_tombstones(staged, person, mine, "moderator", now_ms)
@@ -166,6 +175,7 @@ def run_restore(args: argparse.Namespace) -> int:
     backend.replace_data(staging / "data.mdb")
     try:
         reports = finish_pending(store, args.data, settings)
+        finish_owed_erasures(store, args.data)
     except ErasureFailed as failure:
         raise UserError(f"ERASURE FAILED: {failure}") from None
     except OSError as error:
@@ -176,8 +186,11 @@ def run_restore(args: argparse.Namespace) -> int:
         ) from None
     after, broken = replayed(store)
     forgot = {s for streams in people.values() for s in streams}
-    differ = [s for s, d in manifest.items() if s not in forgot and after.get(s) != d]
-    ok = not broken and not differ and set(after) == set(manifest)
+    erased = {s for s in manifest if s.guild_id in erased_again and s not in after}
+    differ = [
+        s for s, d in manifest.items() if s not in forgot | erased and after.get(s) != d
+    ]
+    ok = not broken and not differ and set(after) == set(manifest) - erased
     seconds = time.perf_counter() - started
     if args.json:
         print_json(
@@ -188,6 +201,7 @@ def run_restore(args: argparse.Namespace) -> int:
                 "channels": len(after),
                 "forgotten_again": len(people),
                 "channels_forgotten_in": len(forgot),
+                "servers_erased_again": sorted(erased_again),
                 "messages_erased": sum(r.messages_erased for r in reports),
                 "differing": [str(s) for s in differ] + broken,
                 "seconds": round(seconds, 3),
@@ -209,6 +223,11 @@ def run_restore(args: argparse.Namespace) -> int:
             f"forgot again {len(people)} person(s) forgotten after the backup was taken, in "
             f"{len(forgot)} channel(s): {sum(r.messages_erased for r in reports)} messages "
             "erased, no text of theirs left in the files"
+        )
+    if erased_again:
+        print(
+            f"erased again {len(erased_again)} server(s) erased (or owed an erasure) after "
+            f"the backup was taken: {len(erased)} channel(s) gone, proven as a forget is"
         )
     if not newer:
         print(

@@ -10,6 +10,9 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable
 
+from msgspec.structs import replace
+
+from eva.core.erasures import decode_erasure, encode_erasure, erasure_key
 from eva.core.keys import ERASURES, OPT_OUTS, SWITCHES, Table
 from eva.core.opt_out import EVERY_GUILD
 from eva.core.tables import Tables
@@ -60,3 +63,38 @@ def remove_guild_records(backend: Backend, guilds: Iterable[int]) -> int:
         return gone
 
     return backend.write(delete) if wanted else 0
+
+
+def carry_newer_records(newer: Backend, staged: Backend, now_ms: int) -> list[int]:
+    """Before a backup is put in place: what a newer directory (the one restored over, or
+    another the operator names) says of servers and people wins over the backup's. Its
+    switches and keep-outs are copied over the backup's; its erasures, done or owed, are
+    owed again in the backup (a server erased since is erased again, at once). Returns
+    the servers whose erasure the backup now owes."""
+    carried: tuple[Table, ...] = (SWITCHES, OPT_OUTS)
+    with newer.reading() as tables:
+        rows = [
+            (table, bytes(key), bytes(value))
+            for table in carried
+            for key, value in tables.scan(table, b"", b"\xff" * 64)
+        ]
+        erasures = [
+            decode_erasure(value) for _, value in tables.scan(ERASURES, b"", b"\xff" * 17)
+        ]
+    owed = [
+        replace(record, done_ms=0, found=0, due_ms=min(record.due_ms, now_ms))
+        if record.done_ms else record
+        for record in erasures
+        if record.pending or record.done_ms
+    ]
+
+    def put(tables: Tables) -> None:
+        for table, key, value in rows:
+            tables.put(table, key, value)
+        for record in owed:
+            tables.put(ERASURES, erasure_key(record.guild_id, record.channel_id),
+                       encode_erasure(record))
+
+    if rows or owed:
+        staged.write(put)
+    return sorted({record.guild_id for record in owed})
