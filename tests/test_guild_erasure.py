@@ -22,7 +22,9 @@ from eva.core.settings import LiveSettings
 from eva.store.event_store import EventStore
 from eva.store.guild_erasure import DAY_MS, ask_erasure, erasure_of
 from eva.store.moving import remove_streams
+from eva.store.opt_outs import read_opt_outs, set_opt_out
 from eva.store.replay import replay_stream
+from eva.store.switches import read_switches, set_switch
 from eva.testing.fake_discord import FakeDiscord
 
 EVERYONE = (101, 202, 303, 404)
@@ -57,6 +59,14 @@ def test_a_whole_server_is_erased_and_proven_and_the_others_stay(
     assert eva("forget", "--guild", "7", "--yes", data=data) == 1
     assert "no channel of guild 7" in capsys.readouterr().err
 
+    store = open_store(data)
+    try:
+        now = int(time.time() * 1000)
+        set_switch(store, GUILD_9[0], False, "moderator", now)
+        set_switch(store, QUIET, True, "moderator", now)
+        set_opt_out(store, 9, 101, True, "self", now)
+    finally:
+        close(data)
     assert eva("forget", "--guild", "9", "--yes", "--json", data=data) == 0
     [record] = json.loads(capsys.readouterr().out)["erasures"]
     assert record["guild_id"] == 9 and record["reason"] == "operator"
@@ -69,6 +79,8 @@ def test_a_whole_server_is_erased_and_proven_and_the_others_stay(
     try:
         assert [(m.guild_id, m.channel_id) for m in store.streams()] == [(8, 1)]
         assert replay_stream(store, QUIET).ok
+        # nothing of guild 9 but the record: its switches and keep-outs went too
+        assert list(read_switches(store)) == [QUIET] and read_opt_outs(store) == {}
     finally:
         close(data)
     # status and audit say what became of it, with counts only

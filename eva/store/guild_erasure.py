@@ -22,10 +22,11 @@ from eva.core.erasures import (
     encode_erasure,
     erasure_key,
 )
-from eva.core.keys import ERASURES, StreamId
+from eva.core.keys import ERASURES, OPT_OUTS, SWITCHES, StreamId
 from eva.core.tables import Tables
 from eva.store.erasure import prove_erased, texts_of_guilds
 from eva.store.event_store import EventStore
+from eva.store.guild_records import remove_guild_records
 from eva.store.lmdb_kv import LmdbBackend
 from eva.store.moving import remove_streams
 
@@ -120,4 +121,6 @@ def erase_guild(
         done_ms=now_ms if scan.hits == 0 else 0,
     )
     _put(store, ended)
+    if ended.done_ms and not channel_id:  # nothing of the server stays but this record
+        remove_guild_records(store.backend, [guild_id], of=(SWITCHES, OPT_OUTS))
     return ended

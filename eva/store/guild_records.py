@@ -49,13 +49,16 @@ def copy_guild_records(source: Backend, target: Backend, guilds: Iterable[int]) 
     return target.write(put) if rows else 0
 
 
-def remove_guild_records(backend: Backend, guilds: Iterable[int]) -> int:
-    """Delete the servers' records (not those for every server); how many went."""
+def remove_guild_records(
+    backend: Backend, guilds: Iterable[int], of: tuple[Table, ...] = GUILD_TABLES
+) -> int:
+    """Delete the servers' records in the tables `of` (not those for every server); how
+    many went."""
     wanted = sorted(set(guilds) - {EVERY_GUILD})
 
     def delete(tables: Tables) -> int:
         gone = 0
-        for table in GUILD_TABLES:
+        for table in of:
             for guild in wanted:
                 for key, _ in _of_guild(tables, table, guild):
                     tables.delete(table, key)
