@@ -110,7 +110,7 @@ UNKNOWN_FIELD = re.compile(r"unknown field `([^`]+)`")
 
 FIND_USER_ID = (
     "a user id is shown in Discord with Developer Mode on (User Settings > Advanced): "
-    "right-click the person and choose Copy User ID"
+    "right-click the person and choose Copy User ID (Copy ID in older versions)"
 )
 
 
