@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from eva.cli.common import (
@@ -27,6 +28,7 @@ from eva.cli.common import (
 from eva.core.keys import StreamId
 from eva.store.backup import (
     BackupRefused,
+    Digests,
     forget_records,
     forgotten_since,
     read_manifest,
@@ -119,10 +121,56 @@ def run_backup(args: argparse.Namespace) -> int:
 def run_restore(args: argparse.Namespace) -> int:
     from eva.cli.cmd_forget import finish_pending
     from eva.cli.forget_guild import finish_owed_erasures
-    from eva.memory.forget import ErasureFailed, append_tombstones
+    from eva.memory.forget import ErasureFailed
 
     started = time.perf_counter()
     settings = load_settings(args.settings)
+    manifest, there = _checked_backup(args)
+    newer_stores = [open_store(path) for path in args.forgets_from]
+    store = open_store(args.data, must_exist=False, write=True)
+    if there:
+        newer_stores.append(store)
+    newer = [forget_records(newer_store) for newer_store in newer_stores]
+    people, erased_again = _stage(args, store, newer, newer_stores)
+    backend = store.backend
+    if not isinstance(backend, LmdbBackend):
+        raise UserError(f"{args.data} is no LMDB data directory")
+    backend.replace_data(args.data / COMPACT_DIR / "data.mdb")
+    try:
+        reports = finish_pending(store, args.data, settings)
+        finish_owed_erasures(store, args.data)
+    except ErasureFailed as failure:
+        raise UserError(f"ERASURE FAILED: {failure}") from None
+    except OSError as error:
+        raise UserError(
+            f"{error.strerror or error}; the backup is in place, and the forgets it owes "
+            "are pending: `eva forget --resume` (or any command that writes) finishes them "
+            "once there is room, and until then no command shows those people's words"
+        ) from None
+    after, broken = replayed(store)
+    forgot = {s for streams in people.values() for s in streams}
+    erased = {s for s in manifest if s.guild_id in erased_again and s not in after}
+    differ = [
+        s for s, d in manifest.items() if s not in forgot | erased and after.get(s) != d
+    ]
+    restored = _Restored(
+        ok=not broken and not differ and set(after) == set(manifest) - erased,
+        channels=len(after),
+        people=len(people),
+        forgot=len(forgot),
+        erased=len(erased),
+        erased_again=sorted(erased_again),
+        messages_erased=sum(r.messages_erased for r in reports),
+        differing=[str(s) for s in differ] + broken,
+        seconds=time.perf_counter() - started,
+    )
+    _say_restored(args, restored, newer)
+    return 0 if restored.ok else 1
+
+
+def _checked_backup(args: argparse.Namespace) -> tuple[Digests, bool]:
+    """The backup's manifest, once the backup replays to it; and whether the directory it
+    goes to holds data (refused without --replace)."""
     try:
         manifest = read_manifest(args.backup)
     except BackupRefused as refused:
@@ -139,12 +187,20 @@ def run_restore(args: argparse.Namespace) -> int:
             f"{args.data} holds data; give --replace to put the backup in its place (what it "
             "holds that the backup does not is lost), or restore into a new directory"
         )
-    newer_stores = [open_store(path) for path in args.forgets_from]
-    newer = [forget_records(newer_store) for newer_store in newer_stores]
-    store = open_store(args.data, must_exist=False, write=True)
-    if there:
-        newer.append(forget_records(store))
-        newer_stores.append(store)
+    return manifest, there
+
+
+def _stage(
+    args: argparse.Namespace,
+    store: EventStore,
+    newer: list[dict[StreamId, dict[str, int]]],
+    newer_stores: list[EventStore],
+) -> tuple[dict[str, list[StreamId]], set[int]]:
+    """The backup copied beside the data directory, owing what the newer directories say
+    was done since: forgets (tombstones), erasures, switches and keep-outs. Returns who is
+    forgotten again where, and the servers erased again."""
+    from eva.memory.forget import append_tombstones
+
     staging = args.data / COMPACT_DIR
     stage(args.backup, staging)
     staged = EventStore(LmdbBackend(staging))
@@ -169,65 +225,60 @@ def run_restore(args: argparse.Namespace) -> int:
             append_tombstones(staged, person, mine, "moderator", now_ms)
     finally:
         staged.backend.close()
-    backend = store.backend
-    if not isinstance(backend, LmdbBackend):
-        raise UserError(f"{args.data} is no LMDB data directory")
-    backend.replace_data(staging / "data.mdb")
-    try:
-        reports = finish_pending(store, args.data, settings)
-        finish_owed_erasures(store, args.data)
-    except ErasureFailed as failure:
-        raise UserError(f"ERASURE FAILED: {failure}") from None
-    except OSError as error:
-        raise UserError(
-            f"{error.strerror or error}; the backup is in place, and the forgets it owes "
-            "are pending: `eva forget --resume` (or any command that writes) finishes them "
-            "once there is room, and until then no command shows those people's words"
-        ) from None
-    after, broken = replayed(store)
-    forgot = {s for streams in people.values() for s in streams}
-    erased = {s for s in manifest if s.guild_id in erased_again and s not in after}
-    differ = [
-        s for s, d in manifest.items() if s not in forgot | erased and after.get(s) != d
-    ]
-    ok = not broken and not differ and set(after) == set(manifest) - erased
-    seconds = time.perf_counter() - started
+    return people, erased_again
+
+
+@dataclass(frozen=True, slots=True)
+class _Restored:
+    """What a restore did, counts only."""
+
+    ok: bool
+    channels: int
+    people: int
+    forgot: int
+    erased: int
+    erased_again: list[int]
+    messages_erased: int
+    differing: list[str]
+    seconds: float
+
+
+def _say_restored(
+    args: argparse.Namespace, done: _Restored, newer: list[dict[StreamId, dict[str, int]]]
+) -> None:
     if args.json:
-        print_json(
-            {
-                "ok": ok,
-                "data": str(args.data),
-                "backup": str(args.backup),
-                "channels": len(after),
-                "forgotten_again": len(people),
-                "channels_forgotten_in": len(forgot),
-                "servers_erased_again": sorted(erased_again),
-                "messages_erased": sum(r.messages_erased for r in reports),
-                "differing": [str(s) for s in differ] + broken,
-                "seconds": round(seconds, 3),
-            }
-        )
-        return 0 if ok else 1
+        print_json({
+            "ok": done.ok,
+            "data": str(args.data),
+            "backup": str(args.backup),
+            "channels": done.channels,
+            "forgotten_again": done.people,
+            "channels_forgotten_in": done.forgot,
+            "servers_erased_again": done.erased_again,
+            "messages_erased": done.messages_erased,
+            "differing": done.differing,
+            "seconds": round(done.seconds, 3),
+        })
+        return
     print(
-        f"restored {args.backup} to {args.data}: {len(after)} channel(s), "
+        f"restored {args.backup} to {args.data}: {done.channels} channel(s), "
         + (
             "every one replays to its backed-up digest"
-            if ok
-            else f"{len(differ) + len(broken)} DO NOT verify: "
-            + ", ".join([*map(str, differ), *broken][:5])
+            if done.ok
+            else f"{len(done.differing)} DO NOT verify: " + ", ".join(done.differing[:5])
         )
-        + f" ({seconds:.2f} s)"
+        + f" ({done.seconds:.2f} s)"
     )
-    if people:
+    if done.people:
         print(
-            f"forgot again {len(people)} person(s) forgotten after the backup was taken, in "
-            f"{len(forgot)} channel(s): {sum(r.messages_erased for r in reports)} messages "
-            "erased, no text of theirs left in the files"
+            f"forgot again {done.people} person(s) forgotten after the backup was taken, in "
+            f"{done.forgot} channel(s): {done.messages_erased} messages erased, no text of "
+            "theirs left in the files"
         )
-    if erased_again:
+    if done.erased_again:
         print(
-            f"erased again {len(erased_again)} server(s) erased (or owed an erasure) after "
-            f"the backup was taken: {len(erased)} channel(s) gone, proven as a forget is"
+            f"erased again {len(done.erased_again)} server(s) erased (or owed an erasure) "
+            f"after the backup was taken: {done.erased} channel(s) gone, proven as a forget is"
         )
     if not newer:
         print(
@@ -236,4 +287,3 @@ def run_restore(args: argparse.Namespace) -> int:
             "--forgets-from naming the live data or a newer backup",
             file=sys.stderr,
         )
-    return 0 if ok else 1

@@ -38,19 +38,17 @@
 # supervisor's writer finishes its commits.
 from __future__ import annotations
 
-import base64
 import contextlib
 import contextvars
 import importlib
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from functools import partial
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 import anthropic
 import hikari
@@ -59,9 +57,9 @@ import trio
 
 from eva.core.channel_timers import next_retry_delay
 from eva.core.keys import StreamId
-from eva.core.opt_out import OptedOut
-from eva.core.settings import MemorySettings, ModelSettings
+from eva.core.settings import ModelSettings
 from eva.discord.answer import Answerer
+from eva.discord.bot_context import BotContext
 from eva.discord.bridge import aio, run_trio
 from eva.discord.history import History, RestPages, Stored
 from eva.discord.lanes import Backfill, Change, Ingest, Job, Lane, StoreAgain
@@ -76,7 +74,6 @@ from eva.discord.reply_sender import ReplySender
 from eva.live.inputs import Delete, Describe, Edit, Post
 from eva.live.request import Request
 from eva.live.supervisor import Supervisor, wall_clock_ms
-from eva.store.event_store import EventStore
 from eva.store.opt_outs import opted_out
 from eva.store.switches import Switches
 
@@ -94,45 +91,6 @@ DRAIN_TIMEOUT_S = 5.0
 READY_TIMEOUT_S = 30.0
 LANE_BATCH = 256
 """Most messages of one channel submitted together."""
-
-
-class RunTrio(Protocol):
-    """Runs a trio coroutine function from asyncio code and returns its result."""
-
-    def __call__(self, fn: Callable[[], Awaitable[T]], /) -> Awaitable[T]: ...
-
-
-@dataclass(slots=True)
-class BotContext:
-    """What slash commands get: the process's memory and a way into trio.
-
-    Commands run in asyncio (hikari's listener); every call into the supervisor or the
-    store's writers goes through `run_trio`, e.g.
-    `await context.run_trio(lambda: context.supervisor.forget(user_id, guild_id=g))`.
-    `backfill(channel_id)` is a trio function (call it through `run_trio` too): it fetches
-    the channel's history since its last stored message and returns how many were new.
-    """
-
-    supervisor: Supervisor
-    store: EventStore
-    eva_id: int
-    run_trio: RunTrio
-    model_settings: ModelSettings
-    memory_settings: MemorySettings
-    backfill: Callable[[int], Awaitable[int]]
-    rest: hikari.api.RESTClient
-    data_dir: Path
-    switches: Switches
-    opted_out: OptedOut
-
-
-def bot_id_of(token: str) -> int:
-    """The bot's user id, which a Discord bot token carries in its first segment."""
-    head = token.split(".", 1)[0]
-    try:
-        return int(base64.b64decode(head + "=" * (-len(head) % 4)))
-    except ValueError:
-        return 0
 
 
 def _commands() -> ModuleType | None:

@@ -25,7 +25,8 @@ import trio
 
 from eva.core.settings import LiveSettings, MemorySettings, ModelSettings
 from eva.core.summarize import OfflineSummarizer, Summarizer
-from eva.discord.bot import EvaBot, bot_id_of
+from eva.discord.bot import EvaBot
+from eva.discord.bot_context import bot_id_of
 from eva.discord.bridge import aio, open_asyncio_loop
 from eva.discord.health import bot_readiness, serve_health
 from eva.discord.history import Stored
