@@ -159,6 +159,27 @@ def test_export_replay_stores_every_message(tmp_path: Path) -> None:
     assert "person1: exported message 149 says hello" in memory.stdout
 
 
+def test_an_export_replayed_leaves_out_people_kept_out_and_channels_turned_off(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / "data"
+    export = write_export(tmp_path / "export.json", 40)
+    args = ("serve-local", "--data", str(data), "--export", str(export), "--speed", "0",
+            "--json", "--quiet")
+    kept_out = eva("opt-out", "--user", "101", "--guild", "4242", "--data", str(data))
+    assert kept_out.returncode == 0, kept_out.stderr
+    done = eva(*args)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["stored"] == 30  # person1 (id 101) wrote 10 of the 40
+    off = eva("channel", "off", "4242/777", "--data", str(data))
+    assert off.returncode == 0, off.stderr
+    again = eva("serve-local", "--data", str(data), "--export",
+                str(write_export(tmp_path / "more.json", 60)), "--speed", "0", "--quiet")
+    assert again.returncode == 0, again.stderr
+    assert "memory of 4242/777 is off" in again.stderr
+    assert status(data)["channels"][0]["messages"] == 30
+
+
 def read_acks(process: subprocess.Popen[bytes], count: int, buffer: bytearray) -> list[str]:
     """Wait for `count` ack lines on the process's stdout (failing after TIMEOUT_S)."""
     assert process.stdout is not None

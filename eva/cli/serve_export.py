@@ -25,6 +25,8 @@ from eva.core.settings import MemorySettings
 from eva.live.inputs import Describe, Post, post_of
 from eva.live.supervisor import Supervisor
 from eva.store.event_store import EventStore
+from eva.store.opt_outs import opted_out
+from eva.store.switches import read_switches
 
 STATUS_EVERY_S = 3.0
 
@@ -83,8 +85,18 @@ async def serve_export(
     stream = export.stream
     session.streams[stream] = None
     meta = store.meta(stream)
+    switch = read_switches(store).get(stream)
+    if switch is not None and not switch.on:
+        warn(f"Eva's memory of {stream} is off: nothing of the export is fed "
+             f"(eva channel on {stream} keeps it)")
+        return
     forgotten = Forgotten(meta.forgotten if meta is not None else {}, store.hashes)  # stay gone
-    posts = [post_of(e) for e in export_events(export, None, _unknown, forgotten)
+    kept_out = opted_out(store)  # and those who asked not to be kept stay out
+
+    def left_out(author_id: int, at_ms: int) -> bool:
+        return forgotten(author_id, at_ms) or kept_out(stream.guild_id, author_id)
+
+    posts = [post_of(e) for e in export_events(export, None, _unknown, left_out)
              if isinstance(e, MessagePosted)]
     first_ms = posts[0].at_ms if posts else (meta.last_ms if meta else 0)
     replay_time = ReplayTime(paced=clock is not None, latest_ms=first_ms)
