@@ -39,6 +39,8 @@ def test_a_channel_turned_off_and_erased_from_the_command_line(
     assert markers_in_files(data, quiet) == set(quiet)  # off keeps what was kept
     assert eva("channel", data=data) == 0
     assert "8/1 off (not kept; by the operator)" in capsys.readouterr().out
+    assert eva("status", data=data) == 0
+    assert "Eva's memory is off in 1 channel(s): 8/1" in capsys.readouterr().out
     assert eva("channel", "off", "8/1", "--erase", data=data) == 0
     assert "channel 8/1: erased on" in capsys.readouterr().out
     assert markers_in_files(data, quiet) == set()

@@ -81,6 +81,8 @@ def test_an_import_skips_a_person_kept_out_and_their_export_says_so(
     assert json.loads(capsys.readouterr().out)["kept_out_of"] == [0]
     assert eva("opt-out", data=data) == 0
     assert "every server: 1 people kept out" in capsys.readouterr().out
+    assert eva("status", "--json", data=data) == 0
+    assert json.loads(capsys.readouterr().out)["people_kept_out"] == 1
     assert eva("opt-in", "--user", str(person), data=data) == 0
     assert "is kept again" in capsys.readouterr().out
     store = store_of(data)

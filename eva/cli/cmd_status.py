@@ -34,6 +34,8 @@ from eva.core.timing import pending_tasks
 from eva.plan.server_month import PLAN_REPLIES, PLAN_USD
 from eva.store.event_store import EventStore
 from eva.store.guild_erasure import erasure_records
+from eva.store.opt_outs import read_opt_outs
+from eva.store.switches import read_switches
 
 
 @dataclass(frozen=True, slots=True)
@@ -335,13 +337,22 @@ def run(args: argparse.Namespace) -> int:
     channels = directory_status(store, settings)
     spends = guild_spend(store, store.streams(), models, month)
     erasures = erasure_records(store)
+    off = sorted(str(s) for s, switch in read_switches(store).items() if not switch.on)
+    kept_out = len(read_opt_outs(store))
     if args.json:
         print_json({**status_json(channels), "guilds": [s.to_json() for s in spends],
-                    "erasures": [msgspec.to_builtins(r) for r in erasures]})
+                    "erasures": [msgspec.to_builtins(r) for r in erasures],
+                    "channels_off": off, "people_kept_out": kept_out})
     else:
         print(status_table(channels))
         for record in erasures:
             print(describe_erasure(record))
+        if off:
+            print(f"Eva's memory is off in {len(off)} channel(s): {', '.join(off[:5])}"
+                  + (", ..." if len(off) > 5 else "") + " (eva channel lists them)")
+        if kept_out:
+            print(f"{kept_out} keep-out(s) of people who asked not to be remembered "
+                  "(eva opt-out counts them per server)")
         for line in (
             _owed(
                 [c.channel for c in channels if c.forgets_pending], "forget in progress in",
