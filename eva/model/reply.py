@@ -19,27 +19,22 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import cast
 
 import anthropic
 from anthropic.types import (
-    CacheControlEphemeralParam,
     Message,
     MessageParam,
     OutputConfigParam,
-    TextBlock,
     TextBlockParam,
     ToolChoiceParam,
-    ToolResultBlockParam,
     ToolUseBlock,
-    ToolUseBlockParam,
 )
 
-from eva.core.costs import add_usage
 from eva.core.events import ReplyWritten, Usage
-from eva.core.grounding import Grounding, ground
+from eva.core.grounding import Grounding
 from eva.core.keys import StreamId
 from eva.core.prices import BYTES_PER_TOKEN, Price
 from eva.core.prompt import (
@@ -59,12 +54,11 @@ from eva.model.client import (
     SpendLimitReached,
     call_with_retries,
 )
+from eva.model.conversation import Conversation, ToolDone, text_block
 from eva.model.prompts import (
     APOLOGY_TEXT,
-    EMPTY_ANSWER_TEXT,
     SYSTEM_PROMPT,
     TOOLS,
-    check_text,
     new_message_text,
     refusal_text,
 )
@@ -130,20 +124,6 @@ def guild_replies(store: EventStore, guild_id: int, month: str) -> int:
 
 
 # -- the request ------------------------------------------------------------------
-
-
-def cache_mark(ttl: str) -> CacheControlEphemeralParam:
-    """A cache mark of lifetime `ttl`: five minutes ("5m") or an hour ("1h")."""
-    if ttl == "1h":
-        return {"type": "ephemeral", "ttl": "1h"}
-    return {"type": "ephemeral"}
-
-
-def text_block(part: Part) -> TextBlockParam:
-    """One part of the prompt as a text block, with its cache mark if it has one."""
-    if part.ttl is None:
-        return {"type": "text", "text": part.text}
-    return {"type": "text", "text": part.text, "cache_control": cache_mark(part.ttl)}
 
 
 TOOLS_TEXT = json.dumps(list(TOOLS), ensure_ascii=False, sort_keys=True)
@@ -219,230 +199,130 @@ async def write_reply(
     limit = settings.replies_per_guild_month
     used = guild_replies(store, stream.guild_id, month)
     if limit and used >= limit:  # 0: no cap
-        log.info(
-            "reply in %s refused: guild %d used %d of %d replies in %s",
-            stream,
-            stream.guild_id,
-            used,
-            limit,
-            month,
-        )
+        log.info("reply in %s refused: guild %d used %d of %d replies in %s",
+                 stream, stream.guild_id, used, limit, month)
         return ReplyOutcome(text=refusal_text(limit), quota_left=0, refused=True)
 
     question_text = new_message_text(question.author_name, question.at_ms, question.content)
     budget = prompt_budget(settings, question_text)
     memory = await supervisor.ask(stream, GetPrompt(ahead=tuple(ahead), budget=budget))
     assert isinstance(memory, MemoryPrompt)
-    marks = layout_marks(settings.cache_layout)
-    system_part, *first_parts = prompt_parts(
-        settings.cache_layout, SYSTEM_PROMPT, memory, question_text, EMPTY_TAIL_TEXT
-    )
-    tools = list(TOOLS)  # the mark on the system prompt covers them
-    system = [text_block(system_part)]
-    messages: list[MessageParam] = [
-        {"role": "user", "content": [text_block(part) for part in first_parts]}
-    ]
-    limit_tokens = round_limit(settings)
-    effort: OutputConfigParam | anthropic.Omit = (
-        anthropic.omit
-        if settings.reply_effort is None
-        else cast(OutputConfigParam, {"effort": settings.reply_effort})
-    )
-    per = budget.bytes_per_token
-    # what Eva reads in this turn: people's own words, and summary lines
-    read_texts = ["".join(memory.tail), question_text]
-    summary_texts = [memory.row]
-    tool_log: list[tuple[str, str]] = []
-    usage = Usage()
-    requests: list[Usage] = []
-    tool_calls = 0
-    model = settings.reply_model
-    answer = ""
-    waited = 0.0
-    checked = False  # the round that checks unread details was given
-    grounding: Grounding | None = None  # of the latest answer, once it was matched
-    names = [question.author_name]
+    system_part, talk = _conversation(settings, memory, question, question_text, budget)
+    ask = _Asker(client, settings, [text_block(system_part)], f"reply in {stream}")
     try:
-        forced_last = False
-        for round_number in range(settings.tool_rounds + 1):
-            last = forced_last or round_number == settings.tool_rounds
-            choice: ToolChoiceParam = {"type": "none"} if last else {"type": "auto"}
-            sent = list(messages)
-
-            async def create(
-                sent: list[MessageParam] = sent, choice: ToolChoiceParam = choice
-            ) -> Message:
-                return await client.messages.create(
-                    model=settings.reply_model,
-                    max_tokens=settings.reply_max_tokens,
-                    tools=tools,
-                    tool_choice=choice,
-                    system=system,
-                    messages=sent,
-                    output_config=effort,
-                )
-
-            asked = time.perf_counter()
-            try:
-                response = await _call(create, settings, f"reply in {stream}")
-            finally:
-                waited += time.perf_counter() - asked
-            requests.append(usage_of(response))
-            usage = add_usage(usage, requests[-1])
-            model = response.model or model
-            answer = "".join(b.text for b in response.content if isinstance(b, TextBlock))
-            uses = [b for b in response.content if isinstance(b, ToolUseBlock)]
-            if not uses and not last and settings.check_guesses and not checked:
-                grounding = ground(answer.strip(), read_texts, summary_texts, names)
-                if grounding.guessed:  # one more round to check, before it goes out
-                    checked = True
-                    unread = [d.text for d in grounding.details if d.kind != "read"]
-                    grounding = None  # the answer that follows is matched again
-                    messages = [
-                        *_without_result_marks(messages),
-                        {"role": "assistant", "content": _assistant_blocks(response)},
-                        {"role": "user", "content": check_text(unread)},
-                    ]
-                    continue
-            if last or not uses:
-                break
-            assistant = _assistant_blocks(response)
-            messages.append({"role": "assistant", "content": assistant})
-            results: list[ToolResultBlockParam] = []
-            for use in uses:
-                result = await run_tool(supervisor, stream, use.name, use.input)
-                tool_calls += 1
-                arguments = json.dumps(use.input, ensure_ascii=False, sort_keys=True)
-                tool_log.append((use.name[:64], arguments))
-                if not result.is_error:
-                    (read_texts if result.verbatim else summary_texts).append(result.text)
-                await supervisor.ask(
-                    stream,
-                    RecordTool(
-                        name=use.name[:64],
-                        arguments=arguments,
-                        result_bytes=len(result.text.encode()),
-                    ),
-                )
-                results.append(
-                    {
-                        "type": "tool_result",
-                        "tool_use_id": use.id,
-                        "content": result.text,
-                        "is_error": result.is_error,
-                    }
-                )
-            added = tokens_at_most(json.dumps([assistant, results], ensure_ascii=False), per)
-            if limit_tokens is not None and requests[-1].prompt_tokens + added > limit_tokens:
-                log.warning(
-                    "reply in %s: tool results left unread to keep the prompt under %d tokens",
-                    stream,
-                    limit_tokens,
-                )
-                results = [_unread(result) for result in results]
-                forced_last = True
-                ttl = None
-            else:  # an entry the next round reads; none when the next round is the last
-                ttl = None if round_number + 1 == settings.tool_rounds else marks.tool_result
-            messages = [*_without_result_marks(messages), _results_turn(results, ttl)]
+        while (step := talk.answered(*await ask(*talk.request()))) != "done":
+            if step == "tools":
+                done = [await _run(supervisor, stream, use) for use in talk.uses]
+                if talk.tools_done(done):
+                    log.warning(
+                        "reply in %s: tool results left unread to keep the prompt under %d "
+                        "tokens", stream, talk.limit_tokens,
+                    )
     except _ModelFailed as error:
         log.error("reply in %s failed, the model did not answer: %s", stream, error)
         return ReplyOutcome(
             text=APOLOGY_TEXT,
-            tool_calls=tool_calls,
-            usage=usage,
+            tool_calls=talk.tool_calls,
+            usage=talk.usage,
             quota_left=max(limit - used, 0) if limit else None,
             failed=True,
-            model_seconds=waited,
-            tools=tuple(tool_log),
+            model_seconds=ask.waited,
+            tools=tuple(talk.tool_log),
         )
-
-    text = answer.strip() or EMPTY_ANSWER_TEXT
-    if grounding is None or text != answer.strip():  # not matched above as it stands
-        grounding = ground(text, read_texts, summary_texts, names)
+    text, grounding = talk.final()
     reply = ReplyWritten(
         at_ms=wall_ms,
-        model=model,
-        usage=usage,
+        model=talk.model,
+        usage=talk.usage,
         to_message_id=question.message_id,
-        tool_calls=tool_calls,
+        tool_calls=talk.tool_calls,
         text_bytes=len(text.encode()),
         month=month,
-        requests=tuple(requests),
+        requests=tuple(talk.requests),
         grounding=grounding,
+    )
+    outcome = ReplyOutcome(
+        text=text, tool_calls=talk.tool_calls, usage=talk.usage, model_seconds=ask.waited,
+        grounding=grounding, tools=tuple(talk.tool_log),
     )
     if not record:
         left = max(limit - used - 1, 0) if limit else None
-        return ReplyOutcome(
-            text=text,
-            tool_calls=tool_calls,
-            usage=usage,
-            quota_left=left,
-            unrecorded=reply,
-            model_seconds=waited,
-            grounding=grounding,
-            tools=tuple(tool_log),
-        )
+        return replace(outcome, quota_left=left, unrecorded=reply)
     await supervisor.ask(stream, RecordReply(reply=reply))
     left = max(limit - guild_replies(store, stream.guild_id, month), 0) if limit else None
-    return ReplyOutcome(
-        text=text, tool_calls=tool_calls, usage=usage, quota_left=left, model_seconds=waited,
-        grounding=grounding, tools=tuple(tool_log),
+    return replace(outcome, quota_left=left)
+
+
+def _conversation(
+    settings: ModelSettings,
+    memory: MemoryPrompt,
+    question: Post,
+    question_text: str,
+    budget: PromptBudget,
+) -> tuple[Part, Conversation]:
+    """The system prompt's part, and the conversation's first request: the memory, the
+    tail and the question, in the layout's parts."""
+    system_part, *first_parts = prompt_parts(
+        settings.cache_layout, SYSTEM_PROMPT, memory, question_text, EMPTY_TAIL_TEXT
+    )
+    return system_part, Conversation(
+        settings=settings,
+        messages=[{"role": "user", "content": [text_block(part) for part in first_parts]}],
+        tool_result_ttl=layout_marks(settings.cache_layout).tool_result,
+        limit_tokens=round_limit(settings),
+        bytes_per_token=budget.bytes_per_token,
+        # what Eva reads in this turn: people's own words, and summary lines
+        read_texts=["".join(memory.tail), question_text],
+        summary_texts=[memory.row],
+        names=[question.author_name],
     )
 
 
-UNREAD_TEXT = (
-    "(not read: adding this would make the prompt too long; answer with what you have read)"
-)
+class _Asker:
+    """Sends the conversation's requests (tried again while retrying helps), and counts the
+    time spent waiting on the model."""
+
+    def __init__(
+        self, client: anthropic.AsyncAnthropic, settings: ModelSettings,
+        system: list[TextBlockParam], what: str,
+    ) -> None:
+        self.client, self.settings, self.system, self.what = client, settings, system, what
+        self.tools = list(TOOLS)  # the mark on the system prompt covers them
+        self.effort: OutputConfigParam | anthropic.Omit = (
+            anthropic.omit
+            if settings.reply_effort is None
+            else cast(OutputConfigParam, {"effort": settings.reply_effort})
+        )
+        self.waited = 0.0
+
+    async def __call__(
+        self, messages: list[MessageParam], choice: ToolChoiceParam
+    ) -> tuple[Message, Usage]:
+        async def create() -> Message:
+            return await self.client.messages.create(
+                model=self.settings.reply_model,
+                max_tokens=self.settings.reply_max_tokens,
+                tools=self.tools,
+                tool_choice=choice,
+                system=self.system,
+                messages=messages,
+                output_config=self.effort,
+            )
+
+        asked = time.perf_counter()
+        try:
+            response = await _call(create, self.settings, self.what)
+        finally:
+            self.waited += time.perf_counter() - asked
+        return response, usage_of(response)
 
 
-def _unread(result: ToolResultBlockParam) -> ToolResultBlockParam:
-    return {
-        "type": "tool_result",
-        "tool_use_id": result["tool_use_id"],
-        "content": UNREAD_TEXT,
-        "is_error": True,
-    }
-
-
-def _results_turn(results: list[ToolResultBlockParam], ttl: str | None) -> MessageParam:
-    """The user turn of tool results, the last one marked with `ttl` if it is not None."""
-    if ttl is not None and results:
-        results = [*results[:-1], {**results[-1], "cache_control": cache_mark(ttl)}]
-    return {"role": "user", "content": results}
-
-
-def _without_result_marks(messages: list[MessageParam]) -> list[MessageParam]:
-    """The conversation with the marks of earlier tool results taken off: only the newest
-    carries one, so a request never holds more than four."""
-    out: list[MessageParam] = []
-    for message in messages:
-        content = message["content"]
-        if message["role"] == "user" and not isinstance(content, str) and any(
-            isinstance(block, dict) and block.get("type") == "tool_result"
-            and "cache_control" in block
-            for block in content
-        ):
-            content = [
-                {k: v for k, v in block.items() if k != "cache_control"}  # type: ignore[misc]
-                if isinstance(block, dict) and block.get("type") == "tool_result"
-                else block
-                for block in content
-            ]
-            out.append({"role": "user", "content": content})
-        else:
-            out.append(message)
-    return out
-
-
-def _assistant_blocks(response: Message) -> list[TextBlockParam | ToolUseBlockParam]:
-    """The model's turn as it is sent back: its text and tool uses (empty text left out)."""
-    blocks: list[TextBlockParam | ToolUseBlockParam] = []
-    for block in response.content:
-        if isinstance(block, TextBlock) and block.text:
-            blocks.append({"type": "text", "text": block.text})
-        elif isinstance(block, ToolUseBlock):
-            # The API wants an object here; a malformed one is answered as an error anyway.
-            given = block.input if isinstance(block.input, dict) else {}
-            blocks.append({"type": "tool_use", "id": block.id, "name": block.name, "input": given})
-    return blocks
+async def _run(supervisor: Supervisor, stream: StreamId, use: ToolUseBlock) -> ToolDone:
+    """Run one tool the model asked for, and record that it was called."""
+    result = await run_tool(supervisor, stream, use.name, use.input)
+    arguments = json.dumps(use.input, ensure_ascii=False, sort_keys=True)
+    await supervisor.ask(
+        stream,
+        RecordTool(name=use.name[:64], arguments=arguments, result_bytes=len(result.text.encode())),
+    )
+    return ToolDone(use=use, text=result.text, is_error=result.is_error, verbatim=result.verbatim)
