@@ -10,7 +10,14 @@ import sys
 from pathlib import Path
 
 from eva.cli.common import Progress, UserError, add_json_option, open_store, print_json
-from eva.store.reshard import JOURNAL, GuildMove, Place, ReshardRefused, reshard
+from eva.store.reshard import (
+    JOURNAL,
+    GuildMove,
+    Place,
+    ReshardRefused,
+    ReshardReport,
+    reshard,
+)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -56,32 +63,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def run(args: argparse.Namespace) -> int:
     count: int = args.shard_count
-    if count < 1:
-        raise UserError(f"--shard-count must be at least 1, not {count}")
-    if len(args.dirs) != count:
-        raise UserError(
-            f"--shard-count {count} needs {count} data directories, one per shard in order "
-            f"(0 .. {count - 1}); {len(args.dirs)} given"
-        )
-    given: list[Path] = [*args.dirs, *args.old]
-    resolved = [path.resolve() for path in given]
-    twice = sorted({str(p) for p in resolved if resolved.count(p) > 1})
-    if twice:
-        raise UserError(f"a data directory is given twice: {twice[0]}")
-    for path in args.old:
-        if not (path / "data.mdb").exists():
-            raise UserError(f"no Eva data directory at {path} (given with --from)")
-    # Those there already first: a directory held by a bot is refused before any is made.
-    numbered = sorted(enumerate(given), key=lambda item: not (item[1] / "data.mdb").exists())
-    opened: dict[int, Place] = {}
-    for number, path in numbered:
-        if args.dry_run and not (path / "data.mdb").exists():
-            continue  # a directory that will be made holds nothing yet
-        store = open_store(path, must_exist=False, write=not args.dry_run)
-        opened[number] = Place(path, store, number if number < count else None)
-    places = [opened[number] for number in sorted(opened)]
-    if args.dry_run:
-        places = _with_missing(places, args.dirs)
+    places = _places(args, count)
     moving = Progress("reshard", _to_move(places, count), quiet=args.quiet or args.json)
 
     def on_guild(guild: GuildMove) -> None:
@@ -110,7 +92,43 @@ def run(args: argparse.Namespace) -> int:
                 "seconds": round(report.seconds, 3),
             }
         )
-        return 0 if report.ok else 1
+    else:
+        _say_report(args, report, places, count)
+    return 0 if report.ok else 1
+
+
+def _places(args: argparse.Namespace, count: int) -> list[Place]:
+    """The directories, checked and opened: those there already first, so that one a bot
+    holds is refused before any is made (a dry run makes none)."""
+    if count < 1:
+        raise UserError(f"--shard-count must be at least 1, not {count}")
+    if len(args.dirs) != count:
+        raise UserError(
+            f"--shard-count {count} needs {count} data directories, one per shard in order "
+            f"(0 .. {count - 1}); {len(args.dirs)} given"
+        )
+    given: list[Path] = [*args.dirs, *args.old]
+    resolved = [path.resolve() for path in given]
+    twice = sorted({str(p) for p in resolved if resolved.count(p) > 1})
+    if twice:
+        raise UserError(f"a data directory is given twice: {twice[0]}")
+    for path in args.old:
+        if not (path / "data.mdb").exists():
+            raise UserError(f"no Eva data directory at {path} (given with --from)")
+    numbered = sorted(enumerate(given), key=lambda item: not (item[1] / "data.mdb").exists())
+    opened: dict[int, Place] = {}
+    for number, path in numbered:
+        if args.dry_run and not (path / "data.mdb").exists():
+            continue  # a directory that will be made holds nothing yet
+        store = open_store(path, must_exist=False, write=not args.dry_run)
+        opened[number] = Place(path, store, number if number < count else None)
+    places = [opened[number] for number in sorted(opened)]
+    return _with_missing(places, args.dirs) if args.dry_run else places
+
+
+def _say_report(
+    args: argparse.Namespace, report: ReshardReport, places: list[Place], count: int
+) -> None:
     for cleared in report.cleared:
         verdict = (
             f"no text of theirs left in its files ({cleared.texts_checked} checked)"
@@ -137,7 +155,6 @@ def run(args: argparse.Namespace) -> int:
             f"holding no guild now: {', '.join(map(str, emptied))} (remove when you like)",
             file=sys.stdout,
         )
-    return 0 if report.ok else 1
 
 
 def _with_missing(places: list[Place], dirs: list[Path]) -> list[Place]:

@@ -312,19 +312,7 @@ def recall(
         first_ms, last_ms = _time_at(tables, stream, 0), _time_at(tables, stream, messages - 1)
         question = read_query(query, tz, asked_ms, first_ms, last_ms)
         position = meta.position if meta is not None else 0
-        open_key = (stream, position, hidden)
-        chunks = _open_chunks.setdefault(store.backend, {})
-        unindexed = chunks.get(open_key)
-        if unindexed is None:
-            open_chunk = read_messages(tables, stream, indexed_upto(stream, messages), messages)
-            unindexed = chunks[open_key] = OpenChunk(
-                (index, index_text(posted.author_name, message.content, message.attachments))
-                for index, message in open_chunk
-                if index not in hidden
-                for posted in (message.posted,)
-            )
-            while len(chunks) > OPEN_CHUNKS_KEPT:
-                del chunks[next(iter(chunks))]
+        unindexed = _unindexed(store, tables, stream, position, messages, hidden)
         chosen = after is not None or before is not None
         spans = (
             ((_day_ms(after, tz, first_ms), _day_ms(before, tz, last_ms + 1)),)
@@ -334,28 +322,9 @@ def recall(
         within = index_ranges(spans, lambda index: _time_at(tables, stream, index), messages)
         if chosen and not within:  # no message was posted on those days
             return RecallView(query=query, total=0, shown_hits=0, more=0, windows=())
-        mark = AUTHOR_MARK.encode()
-        by = [mark + word for word in term_bytes(person.removeprefix("@"))] if person else []
-        words = question.words
-        named = people_named(tables, stream, words, unindexed)
-        marks = [mark for found in named.values() for mark in found]
-        boost = AUTHOR_ALONE_BOOST if set(words) <= set(named) else AUTHOR_BOOST
-
-        def searched(within: list[tuple[int, int]]) -> SearchResult:
-            return search(
-                tables, stream, words, RECALL_HITS, unindexed,
-                within=within, authors=marks, author_boost=boost, written_by=by,
-            )
-
-        result = searched(within)
-        if within and not result.hits and not chosen:  # nothing said then: search every time
-            result = searched([])
-        elif within and len(result.hits) < RECALL_HITS and not (by or chosen):
-            # a time the question names: what else was said then
-            found = {index for index, _ in result.hits}
-            longest = longest_within(tables, stream, within, RECALL_HITS, hidden | found)
-            extra = [(index, 0.0) for index in longest[: RECALL_HITS - len(found)]]
-            result = SearchResult([*result.hits, *extra], result.total)
+        result = _searched(
+            tables, stream, question.words, unindexed, person, within, chosen, hidden
+        )
 
         def index_of(message_id: int) -> int | None:
             data = tables.get("discord_ids", discord_id_key(stream, message_id))
@@ -364,6 +333,70 @@ def recall(
         return recall_view(
             query, result, message_at, cap_bytes=cap_bytes, tz=tz, index_of=index_of
         )
+
+
+def _searched(
+    tables: Tables,
+    stream: StreamId,
+    words: tuple[bytes, ...],
+    unindexed: OpenChunk,
+    person: str | None,
+    within: list[tuple[int, int]],
+    chosen: bool,
+    hidden: frozenset[int],
+) -> SearchResult:
+    """The hits for the question's words: the people it names count their own messages,
+    `person` keeps to theirs; within the times asked (`chosen`) or named, and when the
+    question's own times hold nothing, at any time; a time the question names with few
+    hits adds what else was said then."""
+    mark = AUTHOR_MARK.encode()
+    by = [mark + word for word in term_bytes(person.removeprefix("@"))] if person else []
+    named = people_named(tables, stream, words, unindexed)
+    marks = [mark for found in named.values() for mark in found]
+    boost = AUTHOR_ALONE_BOOST if set(words) <= set(named) else AUTHOR_BOOST
+
+    def searched(within: list[tuple[int, int]]) -> SearchResult:
+        return search(
+            tables, stream, words, RECALL_HITS, unindexed,
+            within=within, authors=marks, author_boost=boost, written_by=by,
+        )
+
+    result = searched(within)
+    if within and not result.hits and not chosen:  # nothing said then: search every time
+        result = searched([])
+    elif within and len(result.hits) < RECALL_HITS and not (by or chosen):
+        # a time the question names: what else was said then
+        found = {index for index, _ in result.hits}
+        longest = longest_within(tables, stream, within, RECALL_HITS, hidden | found)
+        extra = [(index, 0.0) for index in longest[: RECALL_HITS - len(found)]]
+        result = SearchResult([*result.hits, *extra], result.total)
+    return result
+
+
+def _unindexed(
+    store: EventStore,
+    tables: Tables,
+    stream: StreamId,
+    position: int,
+    messages: int,
+    hidden: frozenset[int],
+) -> OpenChunk:
+    """The channel's messages past the recall index, gathered for search: kept for the
+    next recall while the channel stands still at `position`."""
+    key = (stream, position, hidden)
+    chunks = _open_chunks.setdefault(store.backend, {})
+    unindexed = chunks.get(key)
+    if unindexed is None:
+        open_chunk = read_messages(tables, stream, indexed_upto(stream, messages), messages)
+        unindexed = chunks[key] = OpenChunk(
+            (index, index_text(posted.author_name, message.content, message.attachments))
+            for index, message in open_chunk
+            if index not in hidden
+            for posted in (message.posted,)
+        )
+        while len(chunks) > OPEN_CHUNKS_KEPT:
+            del chunks[next(iter(chunks))]
+    return unindexed
 
 
 def _day_ms(day: date | None, tz: tzinfo, default: int) -> int:
