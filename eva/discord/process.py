@@ -125,6 +125,33 @@ async def _serve_health(eva: EvaBot, nursery: trio.Nursery, port: int, host: str
     return True
 
 
+async def _connect(
+    eva: EvaBot,
+    nursery: trio.Nursery,
+    health: tuple[int | None, str | None],
+    shards: tuple[Sequence[int] | None, int | None],
+    started: float,
+    task_status: trio.TaskStatus[EvaBot],
+) -> int:
+    """Answer the health probes (if a port is given), connect the gateway and report the
+    bot started; the exit status so far (a failure stops the bot)."""
+    port, host = health
+    if port is not None and not await _serve_health(eva, nursery, port, host):
+        eva.stop()
+        return EXIT_FAILED
+    try:
+        await eva.start(*shards)
+    except (hikari.HikariError, OSError) as error:
+        log.error("could not connect to Discord: %s", connect_error(error))
+        eva.stop()
+        return EXIT_FAILED
+    nursery.start_soon(_watch_gateway, eva)
+    log.info("connected in %.1f s", time.monotonic() - started)
+    freeze_start_up()
+    task_status.started(eva)
+    return EXIT_OK
+
+
 async def run_bot(
     token: str,
     data_dir: Path,
@@ -169,8 +196,8 @@ async def run_bot(
             else ClaudeLineWriter(client, models, memory.line_limit,
                                   book=BatchBook(store.backend))
         )
-    status = EXIT_OK
     started = time.monotonic()
+    status = EXIT_OK
     try:
         with serving_collector():
             async with (
@@ -184,22 +211,10 @@ async def run_bot(
                              nursery, on_stored, replies)
                 if handle_signals:
                     nursery.start_soon(_watch_signals, eva)
-                if health_port is not None and not await _serve_health(eva, nursery,
-                                                                        health_port, health_host):
-                    status = EXIT_FAILED
-                    eva.stop()
-                else:
-                    try:
-                        await eva.start(shard_ids, shard_count)
-                    except (hikari.HikariError, OSError) as error:
-                        log.error("could not connect to Discord: %s", connect_error(error))
-                        status = EXIT_FAILED
-                        eva.stop()
-                    else:
-                        nursery.start_soon(_watch_gateway, eva)
-                        log.info("connected in %.1f s", time.monotonic() - started)
-                        freeze_start_up()
-                        task_status.started(eva)
+                status = await _connect(
+                    eva, nursery, (health_port, health_host), (shard_ids, shard_count),
+                    started, task_status,
+                )
                 try:
                     await eva.wait_stopped()
                 finally:
