@@ -375,54 +375,72 @@ def bill_variant(
         tail = [Block(tokens(chunk), chunk[0]) for chunk in turn.tail]
         tail[-1] = Block(tail[-1].tokens, tail[-1].key, marks.tail)
         blocks = [tools, system, row, *tail, Block(tokens(turn.question), turn.question[0])]
-        total = RequestUsage()
-        usd = 0.0
-        output = largest = 0
-        cold = True
         rounds = assumptions.rounds_for(number, turn.zooms, rounds_by) + (
             2 if assumptions.checked(number) else 0
         )
-        for round_number in range(rounds + 1):
-            now_s = turn.at_ms / 1000 + round_number * assumptions.round_seconds
-            used = cache.request(blocks, now_s)
-            out = assumptions.thinking_tokens + (
-                answer_tokens if round_number == rounds else assumptions.tool_call_output_tokens
-            )
-            usd += _usd(used.usage(out), price)
-            output += out
-            largest = max(largest, used.total)
-            if round_number == 0:
-                cold = used.read < tools.tokens + system.tokens + row.tokens
-            total = RequestUsage(
-                read=total.read + used.read,
-                write_5m=total.write_5m + used.write_5m,
-                write_1h=total.write_1h + used.write_1h,
-                uncached=total.uncached + used.uncached,
-            )
-            if round_number < rounds:
-                last = round_number + 1 == rounds
-                result_ttl = None if last else marks.tool_result
-                blocks = [
-                    *(Block(b.tokens, b.key) if b.key.startswith("result:") else b
-                      for b in blocks),
-                    Block(assumptions.tool_call_output_tokens, f"call:{turn.at_ms}:{round_number}"),
-                    Block(result_tokens, f"result:{turn.at_ms}:{round_number}", result_ttl),
-                ]
+        warm_tokens = tools.tokens + system.tokens + row.tokens
+        bill.replies.append(_bill_reply(
+            cache, blocks, turn.at_ms, rounds, warm_tokens, price, assumptions, marks.tool_result,
+            (answer_tokens, result_tokens),
+        ))
         warm.replied(turn.at_ms + rounds * int(assumptions.round_seconds * 1000), row)
-        bill.replies.append(
-            ReplyBill(
-                at_ms=turn.at_ms,
-                usd=usd,
-                cold=cold,
-                requests=rounds + 1,
-                read=total.read,
-                write=total.write,
-                uncached=total.uncached,
-                output=output,
-                largest_prompt=largest,
-            )
-        )
     return bill
+
+
+def _bill_reply(
+    cache: CacheSimulator,
+    blocks: list[Block],
+    at_ms: int,
+    rounds: int,
+    warm_tokens: int,
+    price: Price | None,
+    assumptions: ReplyAssumptions,
+    result_ttl: str | None,
+    sizes: tuple[int, int],
+) -> ReplyBill:
+    """One reply's requests through the cache: the first, then `rounds` more, each with the
+    round before's tool call and result added (the newest result marked `result_ttl`
+    while another round follows). `sizes`: the answer's and a tool result's tokens. The
+    reply is cold when its first request read less than `warm_tokens` from the cache."""
+    answer_tokens, result_tokens = sizes
+    total = RequestUsage()
+    usd = 0.0
+    output = largest = 0
+    cold = True
+    for round_number in range(rounds + 1):
+        used = cache.request(blocks, at_ms / 1000 + round_number * assumptions.round_seconds)
+        out = assumptions.thinking_tokens + (
+            answer_tokens if round_number == rounds else assumptions.tool_call_output_tokens
+        )
+        usd += _usd(used.usage(out), price)
+        output += out
+        largest = max(largest, used.total)
+        if round_number == 0:
+            cold = used.read < warm_tokens
+        total = RequestUsage(
+            read=total.read + used.read,
+            write_5m=total.write_5m + used.write_5m,
+            write_1h=total.write_1h + used.write_1h,
+            uncached=total.uncached + used.uncached,
+        )
+        if round_number < rounds:
+            ttl = None if round_number + 1 == rounds else result_ttl
+            blocks = [
+                *(Block(b.tokens, b.key) if b.key.startswith("result:") else b for b in blocks),
+                Block(assumptions.tool_call_output_tokens, f"call:{at_ms}:{round_number}"),
+                Block(result_tokens, f"result:{at_ms}:{round_number}", ttl),
+            ]
+    return ReplyBill(
+        at_ms=at_ms,
+        usd=usd,
+        cold=cold,
+        requests=rounds + 1,
+        read=total.read,
+        write=total.write,
+        uncached=total.uncached,
+        output=output,
+        largest_prompt=largest,
+    )
 
 
 def _usd(usage: Usage, price: Price | None) -> float:
