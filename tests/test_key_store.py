@@ -69,6 +69,11 @@ def test_the_first_write_makes_the_key_store_outside_the_data_and_says_so(
     # bound: the next command names no new store
     assert run("forget", "--user", "101", data=data) == 0
     assert "created the key store" not in capsys.readouterr().err
+    # a backup says what it does not hold
+    assert main(["backup", str(tmp_path / "backup"), "--data", str(data)]) == 0
+    made = open_key_store()
+    assert made is not None
+    assert f"keyed with key store {made.id} ({keys})" in capsys.readouterr().out
 
 
 def test_who_was_forgotten_cannot_be_read_off_the_data_files_with_a_member_list(

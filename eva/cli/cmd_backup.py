@@ -39,6 +39,7 @@ from eva.store.backup import (
 from eva.store.event_store import EventStore
 from eva.store.guild_records import carry_newer_records
 from eva.store.key_binding import bound_id
+from eva.store.key_store import default_path
 from eva.store.lmdb_kv import COMPACT_DIR, LmdbBackend
 
 
@@ -115,6 +116,10 @@ def run_backup(args: argparse.Namespace) -> int:
             f"backed up {args.data} to {made.path}: {made.streams} channel(s), "
             f"{made.bytes:,} bytes, every channel replayed ({made.seconds:.2f} s)"
         )
+        keyed = bound_id(store)
+        if keyed is not None:
+            print(f"it is keyed with key store {keyed} ({default_path()}), which a backup "
+                  "does not hold: keep a copy of that apart from the data")
     return 0
 
 
