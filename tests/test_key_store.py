@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import os
 import stat
 from pathlib import Path
@@ -203,3 +204,35 @@ def test_processes_starting_at_once_make_one_store_and_one_master_key_is_one_sto
     one, two = _made_id(str(tmp_path / "pod-0")), _made_id(str(tmp_path / "pod-1"))
     assert one == two != ids[0]
     assert not (tmp_path / "pod-0" / "master.key").exists()  # given, so never written
+
+
+def test_eva_keys_says_where_the_store_is_and_gives_the_master_key_when_asked(
+    keys: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = tmp_path / "data"
+    filled(data)
+    capsys.readouterr()
+    assert run("keys", data=data) == 0
+    out = capsys.readouterr().out
+    assert f"no key store at {keys}" in out and "keyed with no key store yet" in out
+    assert not keys.exists()  # it makes nothing
+    assert run("forget", "--user", str(BO), data=data) == 0
+    made = open_key_store()
+    assert made is not None
+    capsys.readouterr()
+    assert run("keys", data=data) == 0
+    out = capsys.readouterr().out
+    assert f"key store {made.id} at {keys}, its master key from master.key" in out
+    assert f"is keyed with key store {made.id}" in out and "not this one" not in out
+    assert run("keys", "--show-master", data=data) == 0
+    master = capsys.readouterr().out.strip()
+    assert master == (keys / "master.key").read_text().strip()
+    # the master key given instead, in another place: the same store, found by its id
+    monkeypatch.setenv("EVA_KEYS", str(tmp_path / "elsewhere"))
+    monkeypatch.setenv("EVA_MASTER_KEY", master)
+    assert run("status", data=data) == 0  # made there from the master key alone
+    assert run("keys", "--json", data=data) == 0
+    value = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert value["id"] == value["data_keyed_with"] == made.id
+    assert value["master_from"] == "EVA_MASTER_KEY"

@@ -26,7 +26,7 @@ from eva.memory.person import people_named
 from eva.store.event_store import EventStore
 from eva.store.guild_erasure import erasure_records
 from eva.store.key_binding import bind, bound_id
-from eva.store.key_store import KeyStoreError, open_key_store
+from eva.store.key_store import KeyStoreError, given_store_id, open_key_store
 from eva.store.lmdb_kv import open_backend, open_backend_to_read
 from eva.store.writer_lock import WriterBusy
 
@@ -281,8 +281,10 @@ def open_store(data: Path, *, must_exist: bool = True, write: bool = False) -> E
         store = EventStore(backend)
         bound = bound_id(store)
         if write or bound is not None:
-            # a directory bound to a key store never gets a new one made in its place
-            bind(store, open_key_store(create=write and bound is None), write=write)
+            # a directory bound to a key store never gets a new one made in its place; the
+            # master key it was made with, given, makes the same store again
+            create = (write and bound is None) or (bound is not None and bound == given_store_id())
+            bind(store, open_key_store(create=create), write=write)
         return store
     except WriterBusy as busy:
         raise UserError(str(busy)) from None

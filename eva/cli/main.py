@@ -44,6 +44,7 @@ COMMANDS: dict[str, str] = {
     "run": "eva.cli.cmd_run",
     "fake-discord": "eva.cli.cmd_fake_discord",
     "channel": "eva.cli.cmd_channel",
+    "keys": "eva.cli.cmd_keys",
     "opt-out": "eva.cli.cmd_opt_out",
     "opt-in": "eva.cli.cmd_opt_out",
 }

@@ -75,6 +75,15 @@ def store_id(master: bytes) -> str:
     return hmac.new(master, _ID, hashlib.sha256).hexdigest()[:16]
 
 
+def given_store_id() -> str | None:
+    """The id of the key store EVA_MASTER_KEY makes, if it is given (and well formed)."""
+    try:
+        master = _master_from_env()
+    except KeyStoreError:
+        return None
+    return None if master is None else store_id(master)
+
+
 def _master_from_env() -> bytes | None:
     given = os.environ.get(MASTER_ENV, "").strip()
     if not given:
