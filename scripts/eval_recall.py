@@ -17,6 +17,12 @@ without asking recall anything, and nothing was changed after it was first
 run: the least biased figure.
 
     python scripts/eval_recall.py [--chat demo|komodo] [--cap 12000] [--show-misses]
+                                  [--curve 2000,4000,6000,8000,12000]
+
+It also reports the hit rate against the bytes shown: at each budget of
+--curve, Eva's recall rendered within it, beside BM25 given exactly the bytes
+Eva's answer used for the same question (hits in score order, each with two
+neighbours on either side, while they fit).
 
 The last line printed is a JSON object with every figure.
 """
@@ -190,6 +196,7 @@ class Baseline:
             self.lines.append(line.encode()[:BASELINE_MESSAGE_BYTES].decode(errors="ignore"))
             documents.append(terms(text) or [""])
         self.bm25 = BM25Okapi(documents)
+        self._ranked: dict[str, list[int]] = {}
 
     def ask(self, questions: Sequence[Question], tally: Tally) -> None:
         for question in questions:
@@ -201,6 +208,56 @@ class Baseline:
                 shown.update(range(low, min(place + BASELINE_CONTEXT + 1, len(self.lines))))
             text = "\n".join(self.lines[place] for place in sorted(shown))
             tally.add(question, (self.indexes[place] for place in shown), len(text.encode()))
+
+    def ranked(self, question: Question) -> list[int]:
+        """The messages that share a word with the question, best BM25 score first
+        (worked out once a question)."""
+        found = self._ranked.get(question.id)
+        if found is None:
+            scores = self.bm25.get_scores(terms(question.question))
+            order = sorted(range(len(scores)), key=lambda i: -scores[i])
+            found = self._ranked[question.id] = [i for i in order if scores[i] > 0]
+        return found
+
+    def ask_within(self, question: Question, budget: int, tally: Tally) -> None:
+        """BM25 given `budget` bytes: hits in score order, each with its two neighbours
+        on either side, added while the lines shown fit (joined by newlines)."""
+        shown: set[int] = set()
+        used = 0
+        for place in self.ranked(question):
+            low = max(place - BASELINE_CONTEXT, 0)
+            window = [p for p in range(low, min(place + BASELINE_CONTEXT + 1, len(self.lines)))
+                      if p not in shown]
+            size = sum(len(self.lines[p].encode()) + 1 for p in window)
+            if used + size > budget + 1:  # the first line has no newline before it
+                break
+            shown.update(window)
+            used += size
+        tally.add(question, (self.indexes[place] for place in shown), max(used - 1, 0))
+
+
+def ask_curve(
+    store: EventStore,
+    stream: StreamId,
+    questions: Sequence[Question],
+    budgets: Sequence[int],
+    baseline: Baseline | None,
+    curve: dict[int, dict[str, Tally]],
+) -> None:
+    """Each question at each byte budget: Eva's recall as it renders within it, and BM25
+    given exactly the bytes Eva's answer used for the same question."""
+    settings = MemorySettings()
+    for budget in budgets:
+        tallies = curve.setdefault(budget, {"eva": Tally(), "bm25": Tally()})
+        for question in questions:
+            view = recall(store, stream, question.question, settings, budget)
+            text = render_view(view, budget)
+            used = len(text.encode())
+            tallies["eva"].add(
+                question, [line.index for window in view.windows for line in window], used
+            )
+            if baseline is not None:
+                baseline.ask_within(question, used, tallies["bm25"])
 
 
 def percentile(values: Sequence[float], share: float) -> float:
@@ -246,6 +303,33 @@ def report(tallies: dict[str, Tally]) -> dict[str, Any]:
     return figures
 
 
+def report_curve(curve: dict[int, dict[str, Tally]]) -> dict[str, Any]:
+    """Print hit rate against bytes shown, Eva beside BM25 at the same bytes, per split;
+    return the figures, per kind too."""
+    print(f"{'bytes':>7}" + "".join(
+        f"{name + ' ' + half:>18}" for name in ("eva", "bm25") for half in HALVES
+    ) + f"{'eva bytes used':>16}")
+    figures: dict[str, Any] = {}
+    for budget, tallies in sorted(curve.items()):
+        cells = [tallies[name].rate(half) for name in ("eva", "bm25") for half in HALVES]
+        used = statistics.mean(tallies["eva"].sizes) if tallies["eva"].sizes else 0
+        print(f"{budget:>7,}" + "".join(f"{cell:>18.0%}" for cell in cells) + f"{used:>16,.0f}")
+        figures[str(budget)] = {
+            name: {
+                half: round(tallies[name].rate(half), 3) for half in (*HALVES, None)
+                if half is not None
+            } | {"all": round(tallies[name].rate(), 3)} | {
+                kind: round(tallies[name].rate(kind=kind), 3) for kind in KINDS
+            }
+            for name in ("eva", "bm25")
+        } | {
+            "eva_bytes_mean": round(used),
+            "bm25_bytes_mean": round(statistics.mean(tallies["bm25"].sizes))
+            if tallies["bm25"].sizes else 0,
+        }
+    return figures
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--questions", type=Path, default=QUESTIONS)
@@ -253,7 +337,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--cap", type=int, default=RECALL_CAP_BYTES, help="bytes per answer")
     parser.add_argument("--no-baseline", action="store_true", help="skip the BM25 baseline")
     parser.add_argument("--show-misses", action="store_true", help="list what Eva missed")
+    parser.add_argument(
+        "--curve", default="2000,4000,6000,8000,12000",
+        help="byte budgets to report hit rate against, BM25 given the same bytes ('' skips)",
+    )
     args = parser.parse_args(argv)
+    budgets = [int(part) for part in args.curve.split(",") if part.strip()]
+    curve: dict[int, dict[str, Tally]] = {}
     chats = args.chat or ["demo", "komodo"]
     questions = load_questions(args.questions, chats)
     tallies = {"eva": Tally()} | ({} if args.no_baseline else {"bm25": Tally()})
@@ -267,9 +357,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 continue
             store, stream = opened
             ask_eva(store, stream, asked, args.cap, tallies["eva"])
-            if "bm25" in tallies:
-                Baseline(store, stream).ask(asked, tallies["bm25"])
+            baseline = None if args.no_baseline else Baseline(store, stream)
+            if baseline is not None:
+                baseline.ask(asked, tallies["bm25"])
+            ask_curve(store, stream, asked, budgets, baseline, curve)
     figures = report(tallies)
+    if curve:
+        figures["by_bytes"] = report_curve(curve)
     if args.show_misses:
         for question in tallies["eva"].misses:
             print(f"  missed {question.id} ({question.kind}, {question.half}): {question.question}")
