@@ -7,8 +7,8 @@ the shared channel sample (../shared/data/komodo-talk-general.dce.json.gz,
 read in place; its questions are skipped when it is absent). A question is
 found when any of its evidence messages is among those the answer shows,
 as a hit or as context. The same run scores a plain BM25 baseline
-(rank_bm25 over the same words; the top 5 messages, each with two
-neighbours) for comparison.
+(rank_bm25 over the same words, each message a `date author: text` line; the
+top 5 messages, each with two neighbours) for comparison.
 
 The questions are split by a hash of their id into a tuning half and a
 held-out half; both are reported. A third part, "fresh" (ids fa-, fd-), was
@@ -39,6 +39,7 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -192,7 +193,8 @@ class Baseline:
                 continue
             text = indexed_text(message.content, message.attachments)
             self.indexes.append(index)
-            line = f"[{index}] {message.posted.author_name}: {' '.join(text.split())}"
+            at = datetime.fromtimestamp(message.posted.at_ms / 1000, UTC).strftime("%Y-%m-%d %H:%M")
+            line = f"{at} {message.posted.author_name}: {' '.join(text.split())}"
             self.lines.append(line.encode()[:BASELINE_MESSAGE_BYTES].decode(errors="ignore"))
             documents.append(terms(text) or [""])
         self.bm25 = BM25Okapi(documents)
