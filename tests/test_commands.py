@@ -683,7 +683,8 @@ async def test_dont_remember_me_and_forget_me_always_keep_the_person_out(
         await world.response(asked)
         message = world.message_of(asked)
         pressed = world.press(world.bob, f"forget-me:always:{world.bob.id}", message)
-        await world.edited(pressed, lambda text: text.startswith("Done"))
+        done = await world.edited(pressed, lambda text: text.startswith("Done"))
+        assert done.endswith(texts.KEPT_OUT_TOO) and len(done) <= 2000
         bob = world.store.hashes.recorded(world.bob.id)
         assert set(read_opt_outs(world.store)) == {(guild, bob)}
     assert in_files(world.data_dir, world.said[world.bob.id]) == set()

@@ -106,6 +106,7 @@ DONT_REMEMBER_ME = (
     "`/forget-me` erases it. `/remember-me` undoes this."
 )
 REMEMBER_ME = "I keep what you write in this server again, from now on."
+KEPT_OUT_TOO = "And I keep nothing you write here from now on (`/remember-me` undoes that)."
 
 
 def memory_here(state: str, channel: str) -> str:

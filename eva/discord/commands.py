@@ -519,4 +519,5 @@ async def _press(
         await answer.update(texts.ERASURE_UNVERIFIED)
         return
     assert isinstance(report, ForgetReport)
-    await answer.update(texts.forget_done(report, who))
+    done = texts.forget_done(report, who)
+    await answer.update(f"{done} {texts.KEPT_OUT_TOO}" if button.choice == "always" else done)
