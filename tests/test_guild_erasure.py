@@ -127,8 +127,13 @@ def test_a_server_left_waits_out_its_grace_and_coming_back_cancels_it(
         close(data)
     assert eva("build", data=data) == 0  # not due: nothing erased
     assert markers_in_files(data, nine) == set(nine)
+    capsys.readouterr()
     assert eva("status", data=data) == 0
     assert "guild 9: to be erased from" in capsys.readouterr().out
+    assert eva("audit", "9/1", data=data) == 0  # a channel of it says so too
+    assert "guild 9: to be erased from" in capsys.readouterr().out
+    assert eva("audit", "8/1", data=data) == 0
+    assert "to be erased" not in capsys.readouterr().out
     # the operator may erase it at once all the same
     assert eva("forget", "--guild", "9", "--yes", data=data) == 0
     assert markers_in_files(data, nine) == set()

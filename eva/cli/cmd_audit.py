@@ -18,10 +18,12 @@ from eva.cli.common import (
 from eva.core.address import Address
 from eva.core.audit import AuditEntry, history, row_at
 from eva.core.chain import check_stream
+from eva.core.erasures import describe_erasure
 from eva.core.keys import StreamId
 from eva.core.render import render_line, visible
 from eva.core.settings import MemorySettings
 from eva.memory.view import channel_zone, withheld_now, withhold_lines
+from eva.store.guild_erasure import erasure_records
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -84,6 +86,10 @@ def run(args: argparse.Namespace) -> int:
     with store.backend.reading() as tables:
         log = check_stream(tables, stream)
     entries = [] if log.broken is not None else history(store.events(stream))
+    erasures = [  # the server's, or this channel's: owed, cancelled or (a channel kept) done
+        record for record in erasure_records(store)
+        if record.guild_id == stream.guild_id and record.channel_id in (0, stream.channel_id)
+    ]
     if args.json:
         print_json(
             {
@@ -96,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
                     "broken_at": None if log.broken is None else log.broken.position,
                     "why": None if log.broken is None else log.broken.why,
                 },
+                "erasures": [msgspec.to_builtins(record) for record in erasures],
             }
         )
         return 0 if log.ok else 1
@@ -112,6 +119,8 @@ def run(args: argparse.Namespace) -> int:
     if not entries:
         print("no events in this channel")
     print(f"log: {log.events} events, each sealed to the one before; head {log.head}")
+    for record in erasures:
+        print(describe_erasure(record))
     return 0
 
 
