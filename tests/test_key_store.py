@@ -236,3 +236,19 @@ def test_eva_keys_says_where_the_store_is_and_gives_the_master_key_when_asked(
     value = json.loads(capsys.readouterr().out.splitlines()[-1])
     assert value["id"] == value["data_keyed_with"] == made.id
     assert value["master_from"] == "EVA_MASTER_KEY"
+
+
+def test_the_key_store_sits_beside_the_settings_where_eva_keys_names_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from eva.store.key_store import default_path
+
+    monkeypatch.delenv("EVA_KEYS")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    assert default_path() == tmp_path / "config" / "eva" / "keys"
+    monkeypatch.delenv("XDG_CONFIG_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert default_path() == tmp_path / "home" / ".config" / "eva" / "keys"
+    monkeypatch.setenv("EVA_KEYS", "~/elsewhere")
+    assert default_path() == tmp_path / "home" / "elsewhere"
+

@@ -64,9 +64,13 @@ class KeyStore:
 
 
 def default_path() -> Path:
-    """Where the key store is: EVA_KEYS, else ~/.config/eva/keys."""
+    """Where the key store is: EVA_KEYS, else $XDG_CONFIG_HOME/eva/keys (~/.config/eva/keys),
+    beside the settings file."""
     given = os.environ.get(KEYS_ENV, "").strip()
-    return Path(given).expanduser() if given else Path.home() / ".config" / "eva" / "keys"
+    if given:
+        return Path(given).expanduser()
+    base = os.environ.get("XDG_CONFIG_HOME", "").strip()
+    return (Path(base) if base else Path.home() / ".config") / "eva" / "keys"
 
 
 def store_id(master: bytes) -> str:
