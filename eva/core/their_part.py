@@ -15,6 +15,9 @@ def their_part(text: str, names: Collection[str]) -> str:
     """The utterances of `text` whose speaker is one of `names` (any case), as the line
     writes them; empty when none is."""
     folded = {name.casefold() for name in names if name}
+    line = text.casefold()
+    if not any(name in line for name in folded):  # most lines: no utterance of theirs
+        return ""
     return PIECE_SEPARATOR.join(
         f"{speaker}: {words}"
         for speaker, words in speaker_pieces(text)

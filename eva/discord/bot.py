@@ -256,7 +256,8 @@ class EvaBot:
         await run_trio(lambda: self.supervisor.left_server(guild_id))
 
     async def _back_in(self, guild_id: int) -> None:
-        await run_trio(lambda: self.supervisor.back_in_server(guild_id))
+        if self.supervisor.left_pending(guild_id):  # most servers: no hop into trio at all
+            await run_trio(lambda: self.supervisor.back_in_server(guild_id))
 
     async def _on_payload(self, event: hikari.ShardPayloadEvent) -> None:
         """A message event from the gateway, mapped and queued on its lane before this

@@ -50,7 +50,7 @@ from eva.store.guild_erasure import (
     came_back,
     due_erasures,
     erase_guild,
-    erasure_of,
+    erasure_records,
 )
 from eva.store.lmdb_kv import LmdbBackend
 
@@ -107,6 +107,8 @@ class Supervisor:
         self._slept = 0
         self._purge_wanted = trio.Event()
         self._erasures_wanted = trio.Event()
+        self._erasure_waits = False  # an erasure due waits for an actor to sleep
+        self._left: set[int] | None = None  # servers whose erasure Eva's leaving owes
         self.last_scan: ScanReport | None = None
         shared.purge_later = self._purge_later
         shared.start_loop = self._start_soon
@@ -252,7 +254,8 @@ class Supervisor:
         if self._actors.get(actor.stream) is actor:
             del self._actors[actor.stream]
             self._slept += 1
-            self._erasures_wanted.set()  # an erasure that waited for it may go now
+            if self._erasure_waits:  # an erasure that waited for it may go now
+                self._erasures_wanted.set()
 
     def awake(self) -> list[StreamId]:
         return list(self._actors)
@@ -380,6 +383,9 @@ class Supervisor:
         grace_ms = int(self.shared.live.left_server_grace_days * DAY_MS)
         async with self.shared.writer.paused():
             ask_erasure(self.shared.store, guild_id, "left", now, now + grace_ms)
+        self.left_pending(guild_id)  # the servers left are known before this one is added
+        assert self._left is not None
+        self._left.add(guild_id)
         log.info("left guild %d: its data is erased from %d unless Eva comes back",
                  guild_id, now + grace_ms)
         self._erasures_wanted.set()
@@ -392,15 +398,26 @@ class Supervisor:
             ask_erasure(self.shared.store, stream.guild_id, by, now, now, stream.channel_id)
         self._erasures_wanted.set()
 
+    def left_pending(self, guild_id: int) -> bool:
+        """Whether an erasure is owed because Eva left the server (the records read once,
+        then kept here: only this process writes them while it runs)."""
+        if self._left is None:
+            self._left = {
+                record.guild_id for record in erasure_records(self.shared.store)
+                if record.pending and record.reason == "left" and not record.channel_id
+            }
+        return guild_id in self._left
+
     async def back_in_server(self, guild_id: int) -> None:
         """Eva is in the server (again): an erasure owed because she left is cancelled."""
-        store = self.shared.store
-        record = erasure_of(store, guild_id)
-        if record is None or not record.pending or record.reason != "left":
+        if not self.left_pending(guild_id):
             return
+        store = self.shared.store
         async with self.shared.writer.paused():
             if came_back(store, guild_id, self.shared.wall_ms()):
                 log.info("back in guild %d: its erasure is cancelled", guild_id)
+        if self._left is not None:
+            self._left.discard(guild_id)
 
     async def run_erasures(self) -> None:
         """Erase the servers whose erasure is owed: at start, then every
@@ -416,11 +433,15 @@ class Supervisor:
         worked on now (those wait for the next round); what was done."""
         store = self.shared.store
         done = []
+        self._erasure_waits = False
         for record in due_erasures(store, self.shared.wall_ms()):
-            if self._data_dir is None or any(
+            if self._data_dir is None:
+                continue
+            if any(
                 stream.guild_id == record.guild_id and record.channel_id in (0, stream.channel_id)
                 for stream in self._actors
             ):
+                self._erasure_waits = True
                 continue
             async with self.shared.writer.paused():
                 ended = await trio.to_thread.run_sync(
@@ -431,6 +452,8 @@ class Supervisor:
                 log.error("ERASURE FAILED: %s", describe_erasure(ended))
             else:
                 log.info("%s", describe_erasure(ended))
+                if self._left is not None and not ended.channel_id:
+                    self._left.discard(ended.guild_id)
             done.append(ended)
         return done
 
