@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_forget_cli import BO, GUILD_9, built, close, eva, store_of  # noqa: F401
 
+from eva.core import chain as chain_module
 from eva.core import keys
 from eva.core.chain import check, check_stream, first_seal, seals
 from eva.core.events import LogRewritten, MessagePosted, encode_event
@@ -53,7 +54,12 @@ def test_a_sound_log_checks_and_its_head_is_the_last_seal() -> None:
     assert check(STREAM, [], []).ok
 
 
-def test_each_kind_of_damage_is_named_by_the_first_position_it_touches() -> None:
+@pytest.mark.parametrize("batch", [1, 4, 7, 4096])
+def test_each_kind_of_damage_is_named_by_the_first_position_it_touches(
+    batch: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the events are checked a batch at a time: a break is named the same wherever it falls
+    monkeypatch.setattr(chain_module, "CHECK_BATCH", batch)
     log, chain = stored_log(30), sealed(stored_log(30))
     flipped = list(log)
     key, data = flipped[12]

@@ -14,7 +14,8 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Sequence
+from itertools import chain, islice
 
 import msgspec
 
@@ -23,6 +24,8 @@ from eva.core.keys import CHAIN, StreamId
 from eva.core.tables import Tables
 
 SEAL_BYTES = 16
+CHECK_BATCH = 4096
+"""Events `check` reads and checks at a time."""
 
 
 def first_seal(stream: StreamId) -> bytes:
@@ -98,8 +101,8 @@ class ChainCheck(msgspec.Struct, frozen=True):
 class ChainChecker:
     """Checks a stream's events against their seals as the events go by.
 
-    `follow` wraps the stream's events (key, stored bytes) in key order and
-    yields them unchanged, so a rebuild can read the log once for both.
+    `check` takes the stream's events (key, stored bytes) in key order, a batch
+    at a time, so a rebuild can read the log once for both.
     """
 
     def __init__(self, stream: StreamId, stored_seals: Iterable[tuple[bytes, bytes]]) -> None:
@@ -109,12 +112,35 @@ class ChainChecker:
         self._next = 0
         self.broken: ChainBreak | None = None
 
-    def follow(self, events: Iterable[tuple[bytes, bytes]]) -> Iterator[tuple[bytes, bytes]]:
-        for key, data in events:
-            self._check(key, data)
-            yield key, data
+    def check(self, batch: Sequence[tuple[bytes, bytes]]) -> None:
+        """Check the next events of the stream, in key order."""
+        if not batch:
+            return
+        first, previous = self._next, self._previous
+        made = []
+        blake2b = hashlib.blake2b
+        for _, data in batch:
+            digest = blake2b(previous, digest_size=SEAL_BYTES)
+            digest.update(data)
+            previous = digest.digest()
+            made.append(previous)
+        if self.broken is not None:
+            self._previous, self._next = previous, keys.seq_of(batch[-1][0]) + 1
+            return
+        stored = list(islice(self._seals, len(batch)))
+        if (
+            keys.seq_of(batch[0][0]) == first
+            and keys.seq_of(batch[-1][0]) == first + len(batch) - 1
+            and [key for key, _ in stored] == [key for key, _ in batch]
+            and [bytes(seal) for _, seal in stored] == made
+        ):  # the common case: every event there and sealed as it should be
+            self._previous, self._next = previous, first + len(batch)
+            return
+        self._seals = chain(stored, self._seals)  # find the first break, event by event
+        for key, data in batch:
+            self._check_one(key, data)
 
-    def _check(self, key: bytes, data: bytes) -> None:
+    def _check_one(self, key: bytes, data: bytes) -> None:
         seq = keys.seq_of(key)
         computed = seal(self._previous, data)
         self._previous = computed
@@ -152,8 +178,9 @@ def check(
 ) -> ChainCheck:
     """Check a stream's events (key, stored bytes, in key order) against its seals."""
     checker = ChainChecker(stream, stored_seals)
-    for _ in checker.follow(events):
-        pass
+    entries = iter(events)
+    while batch := list(islice(entries, CHECK_BATCH)):
+        checker.check(batch)
     return checker.finish()
 
 

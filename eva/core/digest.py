@@ -1,9 +1,11 @@
 # Digests of projection tables: how replay compares them byte for byte.
 #
-# Pure. A table's digest is a SHA-256 over its keys and values in key order;
-# a stream's digest is one over the names and digests of its tables. Equal
-# digests mean equal bytes, so two processes can compare tables by sending
-# 32 bytes instead of the tables.
+# Pure. A table's digest is a SHA-256 over its keys and values in key order,
+# the row count last (so rows can be digested as they are read, without
+# counting them first); a stream's digest is one over the names and digests
+# of its tables. Equal digests mean equal bytes, so two processes can compare
+# tables by sending 32 bytes instead of the tables. Digests are compared
+# within one run and never stored.
 from __future__ import annotations
 
 import hashlib
@@ -17,18 +19,11 @@ TableDigests = dict[Table, bytes]
 
 
 def table_digest(rows: Sequence[tuple[bytes, bytes]]) -> bytes:
-    """A SHA-256 over one table's keys and values, in key order (`encoded_rows`)."""
-    return encoded_digest(encoded_rows(rows))
-
-
-def encoded_rows(rows: Sequence[tuple[bytes, bytes]]) -> bytes:
-    """Rows as one msgpack array of [key, value] pairs: what `table_digest` hashes."""
-    return msgspec.msgpack.encode(rows)
-
-
-def encoded_digest(encoded: bytes) -> bytes:
-    """The `table_digest` of rows that `encoded_rows` encoded."""
-    return hashlib.sha256(encoded).digest()
+    """A SHA-256 over one table's keys and values, in key order: each row a msgpack
+    [key, value] pair, then the count of rows as eight bytes."""
+    digest = RowsDigest()
+    digest.update(rows)
+    return digest.finish()
 
 
 def combined_digest(digests: TableDigests) -> str:
@@ -45,21 +40,26 @@ def differing_tables(live: TableDigests, rebuilt: TableDigests) -> list[str]:
 
 
 class RowsDigest:
-    """`table_digest` of rows given a chunk at a time, their count known beforehand: the
-    SHA-256 of the msgpack array that `encoded_rows` makes of them all."""
+    """`table_digest` of rows given a chunk at a time."""
 
-    def __init__(self, count: int) -> None:
-        self._hash = hashlib.sha256(array_header(count))
+    def __init__(self) -> None:
+        self._hash = hashlib.sha256()
+        self._count = 0
 
     def update(self, rows: Sequence[tuple[bytes, bytes]]) -> None:
+        if not rows:
+            return
         encoded = msgspec.msgpack.encode(rows)
-        self._hash.update(memoryview(encoded)[len(array_header(len(rows))) :])
+        self._hash.update(memoryview(encoded)[len(_array_header(len(rows))) :])
+        self._count += len(rows)
 
     def finish(self) -> bytes:
-        return self._hash.digest()
+        done = self._hash.copy()
+        done.update(self._count.to_bytes(8, "big"))
+        return done.digest()
 
 
-def array_header(count: int) -> bytes:
+def _array_header(count: int) -> bytes:
     """The msgpack header of an array of `count` items."""
     if count < 16:
         return bytes([0x90 | count])

@@ -96,6 +96,7 @@ def _unicode_words(folded: str) -> list[bytes]:
 
 
 @functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=4096)  # a channel's few hundred names, met with each message
 def author_words(author_name: str) -> str:
     """The words of an author's name as the recall index holds them with each message
     of theirs: each behind `AUTHOR_MARK`. A word that would not stay one word behind

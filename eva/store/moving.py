@@ -74,11 +74,7 @@ def streamed_digest(
     ids = posted_id_keys(tables, stream, release, DIGEST_ROWS)
     digests: TableDigests = {}
     for table in PROJECTION_TABLES:
-        counted, rows = 0, _table_rows(tables, stream, table, ids)
-        while read := sum(1 for _ in islice(rows, DIGEST_ROWS)):
-            counted += read
-            release()
-        digest = RowsDigest(counted)
+        digest = RowsDigest()
         rows = _table_rows(tables, stream, table, ids)
         while chunk := list(islice(rows, DIGEST_ROWS)):
             digest.update(chunk)

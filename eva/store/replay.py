@@ -171,22 +171,25 @@ def _replay(
     ):
         events = live.scan("events", prefix, end)
         checker = ChainChecker(stream, live.scan(CHAIN, prefix, end)) if check_seals else None
-        stored = events if checker is None else checker.follow(events)
         lines: dict[bytes, bool] = {}
-        for batch in _batches(stored, REBUILD_BATCH):
+        read = 0
+        for batch in _batches(events, REBUILD_BATCH):
+            if checker is not None:
+                checker.check(batch)
             scratch.write(partial(_apply, live, stream, batch, lines, index))
             if progress is not None:
                 progress(len(batch))
-            release()
+            read += sum(len(data) for _, data in batch)
+            if read >= RELEASE_BYTES:
+                release()
+                read = 0
         log = None if checker is None else checker.finish()
         if index is not None:
             index.sent_all()
         with scratch.reading() as rebuilt:
             meta = read_meta(rebuilt, stream)
             digests = {
-                table: _table_digests(
-                    live, rebuilt, stream, table, release, scratch.count(table)
-                )
+                table: _table_digests(live, rebuilt, stream, table, release)
                 for table in PROJECTION_TABLES
                 if index is None or table != POSTINGS
             }
@@ -239,23 +242,19 @@ def _apply(
     lines.update(projector.lines_seen)
 
 
-def _rebuilt_postings_digest(
-    rebuilt: Tables, release: Callable[[], None], rebuilt_count: int
-) -> bytes:
+def _rebuilt_postings_digest(rebuilt: Tables, release: Callable[[], None]) -> bytes:
     """The digest of the recall index a scratch environment holds (in the child that
     rebuilt it)."""
-    return _digest_of(rebuilt.scan(POSTINGS, *_ALL_KEYS), rebuilt_count, release)
+    return _digest_of(rebuilt.scan(POSTINGS, *_ALL_KEYS), release)
 
 
 def _live_digest(
     live: Tables, stream: StreamId, table: Table, release: Callable[[], None]
 ) -> bytes:
     """The digest of the stream's rows of a live table whose rows sit together (not
-    `discord_ids`), counted first."""
+    `discord_ids`)."""
     prefix = keys.stream_prefix(stream)
-    end = keys.prefix_end(prefix)
-    count = sum(1 for _ in live.scan(table, prefix, end))
-    return _digest_of(live.scan(table, prefix, end), count, release)
+    return _digest_of(live.scan(table, prefix, keys.prefix_end(prefix)), release)
 
 
 def _table_digests(
@@ -264,47 +263,55 @@ def _table_digests(
     stream: StreamId,
     table: Table,
     release: Callable[[], None],
-    rebuilt_count: int,
 ) -> tuple[bytes, bytes]:
     """The digests of one projection table of the stream, live and rebuilt, each as
     eva.core.digest.table_digest gives them, found a chunk of rows at a time.
 
-    The rebuilt table holds `rebuilt_count` rows. The live rows are digested as
+    The live rows are digested as
     they are compared with the rebuilt ones, read once each; only a table that
     differs is read again, to digest each side on its own.
     """
 
+    if table == DISCORD_IDS:
+        return _discord_id_digests(live, rebuilt, release)
+
     def live_rows() -> Iterator[tuple[bytes, bytes]]:
-        if table != DISCORD_IDS:
-            prefix = keys.stream_prefix(stream)
-            return live.scan(table, prefix, keys.prefix_end(prefix))
-        # A stream's ids do not sit together: looked up under the keys the rebuild made.
-        made = (key for key, _ in rebuilt.scan(DISCORD_IDS, *_ALL_KEYS))
-        return ((key, value) for key in made if (value := live.get(DISCORD_IDS, key)) is not None)
+        prefix = keys.stream_prefix(stream)
+        return live.scan(table, prefix, keys.prefix_end(prefix))
 
     def rebuilt_rows() -> Iterator[tuple[bytes, bytes]]:
         return rebuilt.scan(table, *_ALL_KEYS)
 
-    digest = RowsDigest(rebuilt_count)
+    digest = RowsDigest()
     same = True
-    live_count = 0
     twin = rebuilt_rows()
     for chunk in _chunks(live_rows(), release):
-        live_count += len(chunk)
         if same:
             digest.update(chunk)
             same = list(islice(twin, len(chunk))) == chunk
     if same and next(twin, None) is None:  # the same rows, so as many
         return digest.finish(), digest.finish()
-    return _digest_of(live_rows(), live_count, release), _digest_of(
-        rebuilt_rows(), rebuilt_count, release
-    )
+    return _digest_of(live_rows(), release), _digest_of(rebuilt_rows(), release)
 
 
-def _digest_of(
-    rows: Iterator[tuple[bytes, bytes]], count: int, release: Callable[[], None]
-) -> bytes:
-    digest = RowsDigest(count)
+def _discord_id_digests(
+    live: Tables, rebuilt: Tables, release: Callable[[], None]
+) -> tuple[bytes, bytes]:
+    """`_table_digests` of `discord_ids`, whose rows of a stream do not sit together: the
+    live rows are those under the keys the rebuild made, looked up as the rebuilt rows
+    are read (once)."""
+    get = live.get
+    live_digest, rebuilt_digest = RowsDigest(), RowsDigest()
+    for chunk in _chunks(rebuilt.scan(DISCORD_IDS, *_ALL_KEYS), release):
+        rebuilt_digest.update(chunk)
+        live_digest.update(
+            [(key, value) for key, _ in chunk if (value := get(DISCORD_IDS, key)) is not None]
+        )
+    return live_digest.finish(), rebuilt_digest.finish()
+
+
+def _digest_of(rows: Iterator[tuple[bytes, bytes]], release: Callable[[], None]) -> bytes:
+    digest = RowsDigest()
     for chunk in _chunks(rows, release):
         digest.update(chunk)
     return digest.finish()
@@ -389,12 +396,6 @@ class _Scratch:
     def release_pages(self) -> None:
         release_mapping(self._file)
 
-    def count(self, table: Table) -> int:
-        """The rows of a scratch table, from LMDB's own count (it holds one stream)."""
-        with self._env.begin() as txn:
-            entries: int = txn.stat(self._dbs[table])["entries"]
-        return entries
-
     def close(self) -> None:
         self._env.close()
 
@@ -415,9 +416,6 @@ class _MemoryScratch:
 
     def release_pages(self) -> None:
         pass
-
-    def count(self, table: Table) -> int:
-        return len(self._tables.data[table])
 
 
 @contextmanager

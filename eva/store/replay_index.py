@@ -31,7 +31,6 @@ import msgspec
 
 from eva.core.keys import StreamId
 from eva.core.recall_index import (
-    POSTINGS,
     PostingBuffer,
     PreparedStream,
     StreamTexts,
@@ -54,7 +53,7 @@ class _Prepared(msgspec.Struct, tag="prepared", array_like=True):
 
 _changes = msgspec.msgpack.Encoder()
 _decode_changes = msgspec.msgpack.Decoder(_Texts | _Prepared)
-PREPARED_HERE = 0.1
+PREPARED_HERE = 0.3
 """The share of a replay's batches, the last ones, whose changes the replay prepares
 itself: it ends its own part sooner than the child would end all of it."""
 
@@ -74,9 +73,9 @@ WAITING_BATCHES = 16
 CHILD_SECONDS = 600.0
 """How long the replay waits for the child's answer once every batch is sent."""
 
-Digest = Callable[[Tables, Callable[[], None], int], bytes]
+Digest = Callable[[Tables, Callable[[], None]], bytes]
 """How the replay digests the rebuilt postings (eva.store.replay's own way), given the
-scratch tables, a way to let go of mapped pages, and the row count."""
+scratch tables and a way to let go of mapped pages."""
 
 
 def cores() -> int:
@@ -194,5 +193,5 @@ def _rebuild(connection: Connection, scratch: Callable[[], Any], digest: Digest)
                     rebuilt.write(partial(write_prepared, streams=streams))
             rebuilt.release_pages()
         with rebuilt.reading() as tables:
-            made = digest(tables, rebuilt.release_pages, rebuilt.count(POSTINGS))
+            made = digest(tables, rebuilt.release_pages)
     return _Answer(rebuilt=made)
