@@ -7,9 +7,13 @@
 #   field added later goes at the end of its Struct with a default;
 # - times are integer milliseconds since the Unix epoch in UTC, with the
 #   writer's UTC offset in minutes kept beside message times;
-# - forget events hold a hashed person id and counts, never content.
+# - forget events hold a hashed person id and counts, never content;
+# - what people wrote and who they are is sealed with their keys when the store has
+#   them (eva.core.sealed_events): `decode_event` gives the event opened, by what the
+#   process installed (`use_opener`), so the rest of the code reads plain events.
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Literal, TypeAlias
 
 import msgspec
@@ -37,6 +41,9 @@ class ChannelDescribed(Event, frozen=True, tag="channel.described"):
     guild_name: str = ""
     channel_name: str = ""
     time_zone: str = "UTC"
+    sealed: bytes = b""
+    """The fields that say what people wrote or who they are, sealed (eva.core.sealed_events);
+    those fields are blank in the stored event while it is. Empty in events stored before."""
 
 
 class MessagePosted(Event, frozen=True, tag="message.posted"):
@@ -53,6 +60,9 @@ class MessagePosted(Event, frozen=True, tag="message.posted"):
     reply_to: int | None = None
     attachments: tuple[str, ...] = ()
     edited_at_ms: int | None = None
+    sealed: bytes = b""
+    """The fields that say what people wrote or who they are, sealed (eva.core.sealed_events);
+    those fields are blank in the stored event while it is. Empty in events stored before."""
 
 
 class MessageEdited(Event, frozen=True, tag="message.edited"):
@@ -63,6 +73,9 @@ class MessageEdited(Event, frozen=True, tag="message.edited"):
     message_id: int
     content: str
     attachments: tuple[str, ...] = ()
+    sealed: bytes = b""
+    """The fields that say what people wrote or who they are, sealed (eva.core.sealed_events);
+    those fields are blank in the stored event while it is. Empty in events stored before."""
 
 
 class MessageDeleted(Event, frozen=True, tag="message.deleted"):
@@ -107,6 +120,9 @@ class LineWritten(Event, frozen=True, tag="line.written"):
     usage: Usage | None = None
     batch_usage: Usage | None = None
     """The part of `usage` charged through the Message Batches API (at its discount)."""
+    sealed: bytes = b""
+    """The fields that say what people wrote or who they are, sealed (eva.core.sealed_events);
+    those fields are blank in the stored event while it is. Empty in events stored before."""
 
 
 PublishReason: TypeAlias = Literal["quiet", "overflow", "build", "forget", "start"]
@@ -129,6 +145,9 @@ class ToolCalled(Event, frozen=True, tag="tool.called"):
     name: str
     arguments: str = "{}"
     result_bytes: int = 0
+    sealed: bytes = b""
+    """The fields that say what people wrote or who they are, sealed (eva.core.sealed_events);
+    those fields are blank in the stored event while it is. Empty in events stored before."""
 
 
 ForgetBy: TypeAlias = Literal["self", "moderator", "deleted", "edited", "operator"]
@@ -150,6 +169,9 @@ class ReplyWritten(Event, frozen=True, tag="reply.written"):
     grounding: Grounding | None = None
     """Where each detail the reply states came from (eva.core.grounding); None in replies
     recorded before it was kept."""
+    sealed: bytes = b""
+    """The fields that say what people wrote or who they are, sealed (eva.core.sealed_events);
+    those fields are blank in the stored event while it is. Empty in events stored before."""
 
 
 class ForgetRequested(Event, frozen=True, tag="forget.requested"):
@@ -247,8 +269,36 @@ def encode_event(event: AnyEvent) -> bytes:
     return _encoder.encode(event)
 
 
+class SealedWithoutKeys(msgspec.DecodeError):
+    """A stored event whose sealed fields this process has no key store to open."""
+
+
+Opener = Callable[[AnyEvent], AnyEvent]
+"""Opens an event's sealed fields (eva.store.key_ring), or raises msgspec.DecodeError."""
+_opener: Opener | None = None
+
+
+def use_opener(opener: Opener | None) -> None:
+    """Open sealed events with `opener` from now on, in this process (None: none)."""
+    global _opener
+    _opener = opener
+
+
 def decode_event(data: bytes | memoryview) -> AnyEvent:
-    """An event from its stored bytes; raises msgspec.DecodeError on bad bytes."""
+    """An event from its stored bytes, its sealed fields opened; raises
+    msgspec.DecodeError on bad bytes, or on sealed ones this process cannot open."""
+    event = _decoder.decode(data)
+    if getattr(event, "sealed", b""):
+        if _opener is None:
+            raise SealedWithoutKeys(
+                "it is sealed, and no key store is open to read it (EVA_KEYS)"
+            )
+        return _opener(event)
+    return event
+
+
+def decode_stored(data: bytes | memoryview) -> AnyEvent:
+    """An event from its stored bytes as they are: sealed fields left sealed."""
     return _decoder.decode(data)
 
 

@@ -19,7 +19,7 @@ import ahocorasick
 
 from eva.core import keys
 from eva.core.chain import seal_from
-from eva.core.events import AnyEvent, LogRewritten, encode_event
+from eva.core.events import AnyEvent, LogRewritten
 from eva.core.forget import (
     join_corpus,
     joined_from,
@@ -33,7 +33,14 @@ from eva.core.projection import Projector, indexed_text, read_meta
 from eva.core.state import StreamMeta
 from eva.core.tables import Tables
 from eva.core.terms import terms
-from eva.store.event_store import Batch, EventStore, read_messages, write_batch
+from eva.store.event_store import (
+    Batch,
+    EventStore,
+    Sealer,
+    read_messages,
+    stored_events,
+    write_batch,
+)
 from eva.store.lmdb_kv import LmdbBackend
 
 
@@ -62,7 +69,7 @@ def purge_stream(store: EventStore, stream: StreamId, now_ms: int | None = None)
     if plan or (meta is not None and meta.unpurged):
         at_ms = int(time.time() * 1000) if now_ms is None else now_ms
         rewrites = [(seq, after) for seq, _, after in plan]
-        store.backend.write(_Rewrite(stream, rewrites, at_ms))
+        store.backend.write(_Rewrite(stream, rewrites, at_ms, store.sealer))
     texts = [text for _, before, after in plan for text in purged_texts(before, after)]
     return Purged(len(plan), texts)
 
@@ -107,15 +114,18 @@ class _Rewrite:
     stream: StreamId
     plan: list[tuple[int, AnyEvent]]
     at_ms: int
+    sealer: Sealer | None = None
 
     def __call__(self, tables: Tables) -> None:
-        for seq, event in self.plan:
-            tables.put("events", keys.event_key(self.stream, seq), encode_event(event))
+        events = [event for _, event in self.plan]
+        rewritten = stored_events(tables, self.stream, events, self.sealer)
+        for (seq, _), data in zip(self.plan, rewritten, strict=True):
+            tables.put("events", keys.event_key(self.stream, seq), data)
         positions = tuple(sorted(seq for seq, _ in self.plan))
         resealed = seal_from(tables, self.stream, positions[0]) if positions else 0
         record = LogRewritten(at_ms=self.at_ms, positions=positions, resealed=resealed)
         projector = Projector(tables)
-        write_batch(tables, projector, Batch(self.stream, [record]))
+        write_batch(tables, projector, Batch(self.stream, [record]), self.sealer)
         projector.flush()
 
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import struct
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
+from functools import partial
+from typing import Protocol, TypeVar
 
 import msgspec
 
@@ -26,6 +27,7 @@ from eva.core.events import (
     MessagePosted,
     RowPublished,
     decode_event,
+    decode_stored,
     encode_event,
 )
 from eva.core.forget import UNKEYED, PersonHashes
@@ -78,25 +80,54 @@ class StoredMessage(msgspec.Struct, frozen=True, gc=False):
     deleted: bool
 
 
-def stored_events(batch: Batch) -> list[bytes]:
-    """The bytes the log stores for a batch's events; Rejected if one cannot be stored."""
+class Sealer(Protocol):
+    """Seals what events say of people with their keys (eva.store.key_ring.KeyRing)."""
+
+    def seal_events(
+        self, guild_id: int, events: Sequence[AnyEvent], edited_author: Callable[[int], int]
+    ) -> list[AnyEvent]: ...
+
+
+def stored_events(
+    tables: Tables, stream: StreamId, events: Sequence[AnyEvent], sealer: Sealer | None = None
+) -> list[bytes]:
+    """The bytes the log stores for events of `stream`, sealed by `sealer` if given;
+    Rejected if one cannot be stored."""
+    if sealer is not None:
+        events = sealer.seal_events(
+            stream.guild_id, events, partial(_edited_author, tables, stream, events)
+        )
     stored = []
-    for offset, event in enumerate(batch.events):
+    for offset, event in enumerate(events):
         try:
             data = encode_event(event)
-            decode_event(data)  # what cannot be read back is never stored (about 1 µs)
+            decode_stored(data)  # what cannot be read back is never stored (about 1 µs)
         except (OverflowError, TypeError, ValueError, msgspec.ValidationError) as error:
             raise Rejected(
-                f"{batch.stream}: event {offset} of the batch cannot be stored: {error}"
+                f"{stream}: event {offset} of the batch cannot be stored: {error}"
             ) from error
         stored.append(data)
     return stored
 
 
-def write_batch(tables: Tables, projector: Projector, batch: Batch) -> Appended:
+def _edited_author(
+    tables: Tables, stream: StreamId, events: Sequence[AnyEvent], index: int
+) -> int:
+    """The author of message `index` (among `events`, else stored), for sealing its edit;
+    the server (0) if there is no such message."""
+    for event in events:
+        if isinstance(event, MessagePosted) and event.index == index:
+            return event.author_id
+    found = read_message(tables, stream, index)
+    return 0 if found is None else found.posted.author_id
+
+
+def write_batch(
+    tables: Tables, projector: Projector, batch: Batch, sealer: Sealer | None = None
+) -> Appended:
     """Append one batch inside an open write transaction."""
     first = projector.meta(batch.stream).position
-    stored = stored_events(batch)
+    stored = stored_events(tables, batch.stream, batch.events, sealer)
     count = len(stored)
     previous = seal_before(tables, batch.stream, first)
     if count == 1:  # a batch of one is the most common: no cursor, no key list
@@ -140,6 +171,8 @@ class EventStore:
         self.backend = backend
         # How forgets are recorded here: keyed once a key store is bound (eva.store.key_binding).
         self.hashes = hashes
+        # What seals people's words with their keys, once a key store is bound.
+        self.sealer: Sealer | None = None
         self._known_lines: dict[bytes, bool] = {}
         # Stream records as the last commit left them; a transaction takes out those it
         # uses (and gives them back if it commits), so one that fails leaves none behind.
@@ -197,7 +230,7 @@ class EventStore:
                 results.append(error)
                 continue
             try:
-                results.append(write_batch(tables, projector, batch))
+                results.append(write_batch(tables, projector, batch, self.sealer))
             except Rejected as exc:
                 raise _BatchRefused(position, exc) from exc
         projector.flush()

@@ -6,9 +6,11 @@
 # a store is opened only with it: never with none, another, or a new one made in its place.
 from __future__ import annotations
 
+from eva.core.events import use_opener
 from eva.core.keys import LAYOUT
 from eva.core.tables import Tables
 from eva.store.event_store import EventStore
+from eva.store.key_ring import KeyRing
 from eva.store.key_store import KEYS_ENV, KeyStore, KeyStoreError, default_path
 
 BOUND_TO = b"key_store"
@@ -48,3 +50,34 @@ def bind(store: EventStore, key_store: KeyStore | None, *, write: bool) -> None:
             f"{key_store.path} ({key_store.id}): set {KEYS_ENV} to where {bound} is"
         )
     store.hashes = key_store.person_hashes()
+    ring = ring_of(key_store)
+    use_opener(ring.open)  # what was sealed reads opened, whether or not this store seals
+    store.sealer = ring if seals_at_rest(store) else None
+
+
+SEALED_AT_REST = b"sealed_at_rest"
+"""The `layout` entry saying that the directory's writes seal people's words with their
+keys (eva.store.key_ring); a directory without it writes them in the clear."""
+
+
+def seals_at_rest(store: EventStore) -> bool:
+    """Whether `store`'s directory seals what it writes."""
+    with store.backend.reading() as tables:
+        return tables.get(LAYOUT, SEALED_AT_REST) is not None
+
+
+def seal_from_now_on(store: EventStore, key_store: KeyStore) -> None:
+    """Make the directory of `store` (bound to `key_store`) seal what it writes from now on."""
+    store.backend.write(lambda tables: tables.put(LAYOUT, SEALED_AT_REST, b"1"))
+    bind(store, key_store, write=True)
+
+
+_rings: dict[str, KeyRing] = {}
+
+
+def ring_of(key_store: KeyStore) -> KeyRing:
+    """This process's key ring of `key_store` (one per store: it keeps what it unwrapped)."""
+    ring = _rings.get(key_store.id)
+    if ring is None or ring.people.folder.parent != key_store.path:
+        ring = _rings[key_store.id] = KeyRing(key_store)
+    return ring

@@ -1,0 +1,103 @@
+# Which fields of an event are sealed, for whom, and what the stored event keeps in the clear.
+#
+# Pure. An event that holds people's words or names is stored as its skeleton: those
+# fields blank, and the fields themselves in `sealed` (eva.core.sealing). What stays in
+# the clear is what the projections need to place the event (times, indexes, ids of
+# messages, addresses of lines), never what anyone wrote or who wrote it. A message is
+# sealed for its author, an edit for the author of the message it edits, a line for
+# every person it credits, and what belongs to the server (its channels' names, the
+# tools Eva called, her replies' grounding) for the server.
+from __future__ import annotations
+
+from typing import Any, TypeGuard
+
+import msgspec
+
+from eva.core.events import (
+    AnyEvent,
+    ChannelDescribed,
+    LineWritten,
+    MessageEdited,
+    MessagePosted,
+    ReplyWritten,
+    ToolCalled,
+    event_tag,
+)
+from eva.core.grounding import Grounding
+from eva.core.sealing import SERVER
+
+Sealable = (
+    MessagePosted | MessageEdited | LineWritten | ChannelDescribed | ToolCalled | ReplyWritten
+)
+
+_FIELDS: dict[type, tuple[str, ...]] = {
+    MessagePosted: ("author_id", "author_name", "content", "attachments"),
+    MessageEdited: ("content", "attachments"),
+    LineWritten: ("text", "authors"),
+    ChannelDescribed: ("guild_name", "channel_name"),
+    ToolCalled: ("arguments",),
+    ReplyWritten: ("grounding",),
+}
+_BLANK: dict[type, dict[str, Any]] = {
+    MessagePosted: {"author_id": 0, "author_name": "", "content": "", "attachments": ()},
+    MessageEdited: {"content": "", "attachments": ()},
+    LineWritten: {"text": "", "authors": ()},
+    ChannelDescribed: {"guild_name": "", "channel_name": ""},
+    ToolCalled: {"arguments": ""},
+    ReplyWritten: {"grounding": None},
+}
+_DECODERS: dict[type, msgspec.msgpack.Decoder[Any]] = {
+    MessagePosted: msgspec.msgpack.Decoder(tuple[int, str, str, tuple[str, ...]]),
+    MessageEdited: msgspec.msgpack.Decoder(tuple[str, tuple[str, ...]]),
+    LineWritten: msgspec.msgpack.Decoder(tuple[str, tuple[int, ...]]),
+    ChannelDescribed: msgspec.msgpack.Decoder(tuple[str, str]),
+    ToolCalled: msgspec.msgpack.Decoder(tuple[str]),
+    ReplyWritten: msgspec.msgpack.Decoder(tuple[Grounding | None]),
+}
+_encoder = msgspec.msgpack.Encoder()
+SEALABLE: frozenset[type] = frozenset(_FIELDS)
+
+
+def is_sealable(event: AnyEvent) -> TypeGuard[Sealable]:
+    """Whether the event has fields to seal (its kind may hold people's words or names)."""
+    return type(event) in SEALABLE
+
+
+def people_of(event: Sealable, edited_author: int = SERVER) -> tuple[int, ...]:
+    """Whose keys seal the event, each once, in no order: the author of a message, the
+    author of the message an edit changes (`edited_author`), every person a line credits
+    (the server, for a line that credits none), else the server."""
+    match event:
+        case MessagePosted(author_id=author):
+            return (author,)
+        case MessageEdited():
+            return (edited_author,)
+        case LineWritten(authors=authors) if authors:
+            return tuple(dict.fromkeys(authors))
+        case _:
+            return (SERVER,)
+
+
+def secret_fields(event: Sealable) -> bytes:
+    """The fields of the event that are sealed, encoded."""
+    return _encoder.encode(tuple(getattr(event, name) for name in _FIELDS[type(event)]))
+
+
+def associated(event: Sealable) -> bytes:
+    """What a blob is bound to besides its keys: the kind of event it belongs to."""
+    return event_tag(event).encode()
+
+
+def skeleton(event: Sealable, blob: bytes) -> AnyEvent:
+    """The event as stored: its sealed fields blank and `blob` holding them."""
+    return msgspec.structs.replace(event, **_BLANK[type(event)], sealed=blob)
+
+
+def opened(event: Sealable, fields: bytes | None) -> AnyEvent:
+    """A stored event with its sealed fields back (`fields`, as `secret_fields` gave
+    them), or blank if None (the keys that sealed them are destroyed: erased)."""
+    kind = type(event)
+    if fields is None:
+        return msgspec.structs.replace(event, **_BLANK[kind], sealed=b"")
+    values = dict(zip(_FIELDS[kind], _DECODERS[kind].decode(fields), strict=True))
+    return msgspec.structs.replace(event, **values, sealed=b"")

@@ -1,0 +1,96 @@
+# Sealed fields: what a stored event says of people, encrypted with their own keys.
+#
+# Pure (the nonce and the keys are given). An event that holds people's words or
+# names keeps them in one blob, laid out as
+#
+#     version (1 byte) | n (1 byte) | n key ids (10 bytes each) | nonce (12 bytes)
+#     | AES-256-GCM ciphertext of the fields (msgpack) and its 16-byte tag
+#
+# The key ids name whose data keys seal the blob: each person has one per server
+# (eva.store.person_keys keeps them, outside the data directory). A blob sealed for
+# one person uses their data key; one sealed for several (a line that credits many)
+# uses a key derived from all of their data keys in key id order, so that losing any
+# one of them loses the blob. A key id is the server's tag (a keyed hash of its id:
+# the key store keeps one file of keys per tag) then a hash of the person's keyed
+# forget hash; never an id in the clear.
+from __future__ import annotations
+
+import hashlib
+import struct
+from collections.abc import Callable, Sequence
+from typing import Final
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+VERSION: Final = 1
+GUILD_TAG_BYTES: Final = 4
+KEY_ID_BYTES: Final = 10
+NONCE_BYTES: Final = 12
+DATA_KEY_BYTES: Final = 32
+MAX_KEYS: Final = 255
+SERVER: Final = 0
+"""The person id whose key seals what belongs to a server rather than to one person (its
+channels' names, the tools Eva called, the grounding of her replies)."""
+_U64 = struct.Struct(">Q")
+_LINE_KEY = b"eva-sealed-for-several-v1"
+
+
+class SealError(ValueError):
+    """A blob that is not a sealed blob, or whose keys do not open it."""
+
+
+def guild_tag(secret: bytes, guild_id: int) -> bytes:
+    """The tag of a server: the start of its people's key ids."""
+    return hashlib.blake2b(_U64.pack(guild_id), key=secret, digest_size=GUILD_TAG_BYTES).digest()
+
+
+def key_id(tag: bytes, person_hash: str, generation: int = 0) -> bytes:
+    """The id of a person's data key in the server tagged `tag`, from their (keyed) forget
+    hash. A person whose key was destroyed (forgotten) and who writes again gets the key
+    of the next generation."""
+    named = person_hash.encode() + (b"#%d" % generation if generation else b"")
+    person = hashlib.blake2b(tag + named, digest_size=KEY_ID_BYTES - len(tag))
+    return tag + person.digest()
+
+
+def key_ids_of(blob: bytes) -> tuple[bytes, ...]:
+    """The ids of the keys that seal `blob`."""
+    if len(blob) < 2 or blob[0] != VERSION:
+        raise SealError("not a sealed blob of a known version")
+    count = blob[1]
+    end = 2 + count * KEY_ID_BYTES
+    if len(blob) < end + NONCE_BYTES + 16:
+        raise SealError("a sealed blob cut short")
+    return tuple(blob[at : at + KEY_ID_BYTES] for at in range(2, end, KEY_ID_BYTES))
+
+
+def sealing_key(data_keys: Sequence[bytes]) -> bytes:
+    """The AES key of a blob sealed for the people whose data keys are `data_keys`, given
+    in the order of their key ids: the one key itself, else a hash of them all."""
+    if len(data_keys) == 1:
+        return data_keys[0]
+    return hashlib.sha256(_LINE_KEY + b"".join(data_keys)).digest()
+
+
+def seal(
+    ids: Sequence[bytes], cipher: AESGCM, nonce: bytes, fields: bytes, aad: bytes
+) -> bytes:
+    """The blob of `fields` sealed for the keys `ids` (sorted, each once), with `cipher`
+    made from their `sealing_key`."""
+    if not 1 <= len(ids) <= MAX_KEYS:
+        raise SealError(f"a blob is sealed for 1 to {MAX_KEYS} keys, not {len(ids)}")
+    header = bytes((VERSION, len(ids))) + b"".join(ids)
+    return header + nonce + cipher.encrypt(nonce, fields, aad)
+
+
+def open_blob(blob: bytes, cipher_of: Callable[[tuple[bytes, ...]], AESGCM], aad: bytes) -> bytes:
+    """The fields a blob seals, opened with the cipher `cipher_of` gives for its key ids
+    (which raises if a key is not there); SealError if the blob was altered."""
+    ids = key_ids_of(blob)
+    start = 2 + len(ids) * KEY_ID_BYTES
+    nonce = blob[start : start + NONCE_BYTES]
+    try:
+        return cipher_of(ids).decrypt(nonce, blob[start + NONCE_BYTES :], aad)
+    except InvalidTag:
+        raise SealError("a sealed blob does not open with its keys: altered or damaged") from None

@@ -1,0 +1,162 @@
+# The key ring: seals events for the people they belong to, and opens them again.
+#
+# Shell: reads and makes people's data keys in the key store (eva.store.person_keys)
+# and keeps the ciphers it made. One ring per process and key store; the store it is
+# bound to seals what it writes with it (EventStore.ring) and `decode_event` opens
+# with it (eva.core.events.use_opener). An event sealed with a key the store
+# destroyed opens erased (its sealed fields blank); one sealed with a key the store
+# never held is an error that names the key store, never a silent blank.
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from collections.abc import Callable, Sequence
+
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from eva.core.events import AnyEvent, MessageEdited, SealedWithoutKeys
+from eva.core.sealed_events import (
+    associated,
+    is_sealable,
+    opened,
+    people_of,
+    secret_fields,
+    skeleton,
+)
+from eva.core.sealing import NONCE_BYTES, SealError, guild_tag, key_id, open_blob, seal, sealing_key
+from eva.store.key_store import KeyStore
+from eva.store.person_keys import PersonKeys
+
+_TAG = b"eva-guild-tag-v1"
+_MOST_CACHED = 1 << 16
+
+
+class _Destroyed(Exception):
+    """A blob's keys include one the store destroyed."""
+
+
+class KeyRing:
+    """People's keys of one key store, as this process seals and opens with them."""
+
+    def __init__(self, key_store: KeyStore) -> None:
+        self.store_id = key_store.id
+        self.people = PersonKeys(key_store.path, key_store.master)
+        self.hashes = key_store.person_hashes()
+        self._tag_secret = hmac.new(key_store.master, _TAG, hashlib.sha256).digest()
+        self._tags: dict[int, bytes] = {}
+        self._current: dict[tuple[int, int], bytes] = {}
+        self._ciphers: dict[tuple[bytes, ...], AESGCM] = {}
+
+    def tag(self, guild_id: int) -> bytes:
+        """The server's tag: the start of its people's key ids, the name of their file."""
+        found = self._tags.get(guild_id)
+        if found is None:
+            found = self._tags[guild_id] = guild_tag(self._tag_secret, guild_id)
+        return found
+
+    def ids_of(self, guild_id: int, person_hash: str) -> list[bytes]:
+        """Every key id a person has had in a server (one per generation), that the store
+        holds or destroyed."""
+        tag, ids = self.tag(guild_id), list[bytes]()
+        while True:
+            candidate = key_id(tag, person_hash, len(ids))
+            if candidate not in self.people.find([candidate]):
+                return ids
+            ids.append(candidate)
+
+    def seal_events(
+        self, guild_id: int, events: Sequence[AnyEvent], edited_author: Callable[[int], int]
+    ) -> list[AnyEvent]:
+        """The events as stored: each that holds people's words or names sealed for them
+        (an edit for the author `edited_author` gives of the message index it edits), its
+        keys made first and on disk."""
+        owners = [
+            people_of(event, _author_of(event, edited_author)) if is_sealable(event) else ()
+            for event in events
+        ]
+        ids = self._person_ids(guild_id, {person for persons in owners for person in persons})
+        sealed: list[AnyEvent] = []
+        for event, persons in zip(events, owners, strict=True):
+            if not is_sealable(event):
+                sealed.append(event)
+                continue
+            key_ids = tuple(sorted({ids[person] for person in persons}))
+            nonce = secrets.token_bytes(NONCE_BYTES)
+            fields = secret_fields(event)
+            blob = seal(key_ids, self._cipher(key_ids), nonce, fields, associated(event))
+            sealed.append(skeleton(event, blob))
+        return sealed
+
+    def open(self, event: AnyEvent) -> AnyEvent:
+        """The event with its sealed fields back; blank if a key that sealed it was
+        destroyed. msgspec.DecodeError (SealedWithoutKeys) if a key is not in the store, or
+        the blob was altered."""
+        if not is_sealable(event):
+            return event
+        try:
+            fields = open_blob(event.sealed, self._cipher, associated(event))
+        except _Destroyed:
+            return opened(event, None)
+        except SealError as error:
+            raise SealedWithoutKeys(str(error)) from None
+        return opened(event, fields)
+
+    def forget_ciphers(self) -> None:
+        """Drop the ciphers made so far (after keys were destroyed)."""
+        self._ciphers.clear()
+        self._current.clear()
+
+    def _person_ids(self, guild_id: int, people: set[int]) -> dict[int, bytes]:
+        """The current key id of each person in the server, their keys made if new."""
+        ids: dict[int, bytes] = {}
+        wanted: list[int] = []
+        for person in people:
+            found = self._current.get((guild_id, person))
+            if found is None:
+                wanted.append(person)
+            else:
+                ids[person] = found
+        if not wanted:
+            return ids
+        tag = self.tag(guild_id)
+        generation = dict.fromkeys(wanted, 0)
+        while wanted:
+            candidates = {
+                person: key_id(tag, self.hashes.recorded(person), generation[person])
+                for person in wanted
+            }
+            made = self.people.make(candidates.values())
+            wanted = []
+            for person, candidate in candidates.items():
+                if made.get(candidate) is None:  # destroyed: the next generation
+                    generation[person] += 1
+                    wanted.append(person)
+                else:
+                    ids[person] = candidate
+                    if len(self._current) < _MOST_CACHED:
+                        self._current[(guild_id, person)] = candidate
+        return ids
+
+    def _cipher(self, key_ids: tuple[bytes, ...]) -> AESGCM:
+        found = self._ciphers.get(key_ids)
+        if found is not None:
+            return found
+        keys = self.people.find(key_ids)
+        if any(key_id not in keys for key_id in key_ids):
+            raise SealedWithoutKeys(
+                f"it is sealed with a key the key store ({self.store_id}) does not hold: it was "
+                "written with another key store, or this one lost files (restore them)"
+            )
+        data_keys = [keys[key_id] for key_id in key_ids]
+        if any(data_key is None for data_key in data_keys):
+            raise _Destroyed
+        cipher = AESGCM(sealing_key([data_key for data_key in data_keys if data_key is not None]))
+        if len(self._ciphers) < _MOST_CACHED:
+            self._ciphers[key_ids] = cipher
+        return cipher
+
+
+def _author_of(event: AnyEvent, edited_author: Callable[[int], int]) -> int:
+    return edited_author(event.index) if isinstance(event, MessageEdited) else 0
+
