@@ -57,9 +57,7 @@ class PersonKeys:
         never held is left out."""
         found: dict[bytes, bytes | None] = {}
         for key_id in ids:
-            keys, destroyed = self._of(key_id[:GUILD_TAG_BYTES], fresh=False)
-            if key_id not in keys and key_id not in destroyed:  # made by another process?
-                keys, destroyed = self._of(key_id[:GUILD_TAG_BYTES], fresh=True)
+            keys, destroyed = self._of(key_id[:GUILD_TAG_BYTES])
             if key_id in keys:
                 found[key_id] = keys[key_id]
             elif key_id in destroyed:
@@ -109,10 +107,10 @@ class PersonKeys:
     def _file(self, tag: bytes) -> Path:
         return self.folder / f"{tag.hex()}.keys"
 
-    def _of(self, tag: bytes, *, fresh: bool) -> tuple[dict[bytes, bytes], set[bytes]]:
+    def _of(self, tag: bytes) -> tuple[dict[bytes, bytes], set[bytes]]:
+        """A server's keys as its file holds them now (read again when it changed: another
+        process may have made or destroyed one)."""
         cached = self._read.get(tag)
-        if cached is not None and not fresh:
-            return cached[1], cached[2]
         path = self._file(tag)
         try:
             stat = path.stat()

@@ -1,0 +1,222 @@
+# Sealing at rest: what people wrote, and who they are, stored only as ciphertext under
+# their own keys; read back whole while the keys are there, blank once a key is destroyed
+# (a line credits several people: losing any one of their keys loses it), and an error
+# naming the key store when a key was never there.
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import stat
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from eva.core.events import (
+    LineWritten,
+    MessageEdited,
+    MessagePosted,
+    SealedWithoutKeys,
+    decode_event,
+    decode_stored,
+    encode_event,
+    use_opener,
+)
+from eva.core.keys import StreamId
+from eva.core.sealing import SealError, key_id, key_ids_of, open_blob, seal, sealing_key
+from eva.store.event_store import EventStore, read_line, read_message
+from eva.store.key_binding import bind, ring_of, seal_from_now_on, seals_at_rest
+from eva.store.key_store import KeyStore, KeyStoreError, open_key_store
+from eva.store.lmdb_kv import open_backend
+from eva.store.person_keys import PEOPLE_DIR, PersonKeys
+
+STREAM = StreamId(41, 42)
+ANN, BO = 1001, 1002
+SECRET_WORDS = ("zqmarmaladez", "zqquixoticz", "zqlanternz", "zqAnnettez", "zqBorisz")
+
+
+@pytest.fixture
+def key_store(tmp_path: Path) -> KeyStore:
+    with contextlib.redirect_stderr(io.StringIO()):
+        made = open_key_store(tmp_path / "keys", create=True)
+    assert made is not None
+    return made
+
+
+def posted(index: int, author: int, name: str, content: str) -> MessagePosted:
+    return MessagePosted(
+        at_ms=1_700_000_000_000 + index, index=index, message_id=500 + index,
+        author_id=author, author_name=name, content=content, attachments=("zqmap.png",),
+    )
+
+
+def lines() -> list[LineWritten]:
+    """A leaf line of each message, then the line over both: it credits Ann and Bo."""
+    def line(start: int, size: int, text: str, authors: tuple[int, ...]) -> LineWritten:
+        return LineWritten(
+            at_ms=1_700_000_000_009, start=start, size=size, text=text, first_ms=1, last_ms=2,
+            authors=authors,
+        )
+
+    return [line(0, 1, "zqAnnettez eats", (ANN,)), line(1, 1, "zqBorisz plans", (BO,)),
+            line(0, 2, "zqAnnettez and zqBorisz talk", (ANN, BO))]
+
+
+def sealed_store(data: Path, key_store: KeyStore) -> EventStore:
+    store = EventStore(open_backend(data))
+    seal_from_now_on(store, key_store)
+    return store
+
+
+def raw_events(store: EventStore) -> list[bytes]:
+    return [bytes(data) for _, data in store.raw_events(STREAM)]
+
+
+def test_a_blob_opens_with_all_of_its_keys_and_with_no_fewer() -> None:
+    keys = [os.urandom(32) for _ in range(3)]
+    ids = (b"a" * 10, b"b" * 10, b"c" * 10)
+    nonce = os.urandom(12)
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    blob = seal(ids, AESGCM(sealing_key(keys)), nonce, b"the fields", b"line.written")
+    assert key_ids_of(blob) == ids and b"the fields" not in blob
+    assert open_blob(blob, lambda _: AESGCM(sealing_key(keys)), b"line.written") == b"the fields"
+    for missing in range(3):  # any one key lost (here: replaced) and the blob is lost
+        others = [key if at != missing else os.urandom(32) for at, key in enumerate(keys)]
+        with pytest.raises(SealError):
+            open_blob(blob, lambda _, o=others: AESGCM(sealing_key(o)), b"line.written")
+    with pytest.raises(SealError):  # bound to the kind of event it belongs to
+        open_blob(blob, lambda _: AESGCM(sealing_key(keys)), b"message.posted")
+    flipped = blob[:-1] + bytes([blob[-1] ^ 1])
+    with pytest.raises(SealError):
+        open_blob(flipped, lambda _: AESGCM(sealing_key(keys)), b"line.written")
+    with pytest.raises(SealError):
+        key_ids_of(b"\x09garbage")
+
+
+def test_people_keys_are_made_once_kept_on_disk_and_destroyed_for_good(
+    key_store: KeyStore,
+) -> None:
+    people = PersonKeys(key_store.path, key_store.master)
+    ids = [key_id(b"tag1", "ann"), key_id(b"tag1", "bo"), key_id(b"tag2", "ann")]
+    made = people.make(ids)
+    assert all(made[key] is not None for key in ids) and len(set(made.values())) == 3
+    # another process (a fresh reader) finds the same keys; a second make changes nothing
+    again = PersonKeys(key_store.path, key_store.master)
+    assert again.find(ids) == made and again.make(ids) == made
+    files = sorted((key_store.path / PEOPLE_DIR).glob("*.keys"))
+    assert [path.name for path in files] == [f"{b'tag1'.hex()}.keys", f"{b'tag2'.hex()}.keys"]
+    assert all(stat.S_IMODE(path.stat().st_mode) == 0o600 for path in files)
+    ann_key = made[ids[0]]
+    assert ann_key is not None and all(ann_key not in path.read_bytes() for path in files)
+
+    assert people.destroy([ids[0]]) == 1
+    assert again.find(ids) == {ids[0]: None, ids[1]: made[ids[1]], ids[2]: made[ids[2]]}
+    assert again.make([ids[0]]) == {ids[0]: None}  # never made again under that id
+    assert people.destroy_server(b"tag1") == 1
+    assert PersonKeys(key_store.path, key_store.master).find(ids[:2]) == {
+        ids[0]: None, ids[1]: None,
+    }
+    # with another master key the store's keys do not open
+    other = PersonKeys(key_store.path, os.urandom(32))
+    with pytest.raises(KeyStoreError, match="does not open with this master key"):
+        other.find([ids[2]])
+
+
+def test_a_sealed_directory_stores_no_word_or_name_and_reads_back_whole(
+    tmp_path: Path, key_store: KeyStore
+) -> None:
+    store = sealed_store(tmp_path / "data", key_store)
+    assert seals_at_rest(store)
+    events = [
+        posted(0, ANN, "zqAnnettez", "zqmarmaladez for breakfast"),
+        posted(1, BO, "zqBorisz", "a zqquixoticz plan"),
+        MessageEdited(at_ms=1_700_000_000_005, index=0, message_id=500, content="zqlanternz"),
+    ]
+    store.append(STREAM, events)
+    store.append(STREAM, lines())
+    line = lines()[2]
+    for data in raw_events(store):
+        assert not any(word.encode() in data for word in SECRET_WORDS)
+        assert str(ANN).encode() not in data
+        stored = decode_stored(data)
+        if isinstance(stored, MessagePosted):  # the skeleton: no author, no words
+            assert (stored.author_id, stored.author_name, stored.content) == (0, "", "")
+            assert stored.sealed and stored.attachments == ()
+    with store.backend.reading() as tables:
+        first, second = read_message(tables, STREAM, 0), read_message(tables, STREAM, 1)
+        made = read_line(tables, STREAM, 0, 2)
+    assert first is not None and second is not None and made is not None
+    assert first.posted == events[0] and first.content == "zqlanternz"
+    assert second.posted == events[1]
+    assert made == line
+
+
+def test_a_destroyed_key_leaves_its_words_and_every_line_it_sealed_blank(
+    tmp_path: Path, key_store: KeyStore
+) -> None:
+    store = sealed_store(tmp_path / "data", key_store)
+    store.append(
+        STREAM,
+        [posted(0, ANN, "zqAnnettez", "zqmarmaladez"), posted(1, BO, "zqBorisz", "zqquixoticz")],
+    )
+    store.append(STREAM, lines())
+    ring = ring_of(key_store)
+    ann_ids = ring.ids_of(STREAM.guild_id, ring.hashes.recorded(ANN))
+    assert len(ann_ids) == 1
+    ring.people.destroy(ann_ids)
+    ring.forget_ciphers()
+    with store.backend.reading() as tables:
+        first, second = read_message(tables, STREAM, 0), read_message(tables, STREAM, 1)
+        line = read_line(tables, STREAM, 0, 2)
+        bo_line = read_line(tables, STREAM, 1, 1)
+    assert first is not None and (first.posted.author_id, first.content) == (0, "")
+    assert first.posted.author_name == "" and first.attachments == ()
+    assert second is not None and second.content == "zqquixoticz"  # Bo's keys are there
+    assert line is not None and (line.text, line.authors) == ("", ())
+    assert bo_line is not None and bo_line.text == "zqBorisz plans"
+    # Ann writes again: a key of the next generation, and her new words read back
+    store.append(STREAM, [posted(2, ANN, "zqAnnettez", "back again")])
+    with store.backend.reading() as tables:
+        third = read_message(tables, STREAM, 2)
+    assert third is not None and third.content == "back again"
+    assert len(ring.ids_of(STREAM.guild_id, ring.hashes.recorded(ANN))) == 2
+
+
+def test_sealed_events_without_their_keys_are_an_error_that_names_the_key_store(
+    tmp_path: Path, key_store: KeyStore
+) -> None:
+    store = sealed_store(tmp_path / "data", key_store)
+    store.append(STREAM, [posted(0, ANN, "zqAnnettez", "zqmarmaladez")])
+    data = raw_events(store)[0]
+    try:
+        use_opener(None)
+        with pytest.raises(SealedWithoutKeys, match="no key store is open"):
+            decode_event(data)
+        with contextlib.redirect_stderr(io.StringIO()):
+            other = open_key_store(tmp_path / "other", create=True)
+        assert other is not None
+        use_opener(ring_of(other).open)
+        with pytest.raises(msgspec.DecodeError, match=f"key store \\({other.id}\\) does not hold"):
+            decode_event(data)
+    finally:
+        bind(store, key_store, write=False)
+    assert decode_event(data) == posted(0, ANN, "zqAnnettez", "zqmarmaladez")
+
+
+def test_a_directory_seals_only_once_told_to_and_reads_what_it_wrote_before(
+    tmp_path: Path, key_store: KeyStore
+) -> None:
+    store = EventStore(open_backend(tmp_path / "data"))
+    bind(store, key_store, write=True)
+    assert not seals_at_rest(store) and store.sealer is None
+    store.append(STREAM, [posted(0, ANN, "zqAnnettez", "zqmarmaladez")])
+    seal_from_now_on(store, key_store)
+    store.append(STREAM, [posted(1, BO, "zqBorisz", "zqquixoticz")])
+    plain, sealed = raw_events(store)
+    assert b"zqmarmaladez" in plain and b"zqquixoticz" not in sealed
+    assert decode_event(plain) == posted(0, ANN, "zqAnnettez", "zqmarmaladez")
+    assert decode_event(sealed) == posted(1, BO, "zqBorisz", "zqquixoticz")
+    opened = decode_event(sealed)
+    assert encode_event(opened) == encode_event(posted(1, BO, "zqBorisz", "zqquixoticz"))
