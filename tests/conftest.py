@@ -30,3 +30,21 @@ def keyed_hash(person_id: int) -> str:
     store = open_key_store(create=True)
     assert store is not None and os.environ["EVA_KEYS"] == str(store.path)
     return store.person_hashes().recorded(person_id)
+
+
+def sealed_directory(directory: object) -> None:
+    """Bind the data directory at `directory` to the tests' key store, sealing in place what
+    it holds (what a first writing command does), quietly; the directory is closed after."""
+    from pathlib import Path
+
+    from eva.store.event_store import EventStore
+    from eva.store.key_binding import bind
+    from eva.store.key_store import open_key_store
+    from eva.store.lmdb_kv import open_backend
+
+    assert isinstance(directory, Path)
+    backend = open_backend(directory)
+    try:
+        bind(EventStore(backend), open_key_store(create=True), write=True, say=None)
+    finally:
+        backend.close()

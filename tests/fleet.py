@@ -11,9 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import trio
+from conftest import sealed_directory
 
 from eva.core.events import ForgetApplied, ForgetRequested, MessagePosted
 from eva.core.keys import StreamId
+from eva.core.sealing import key_id
 from eva.core.settings import MemorySettings
 from eva.core.shards import shard_of
 from eva.core.summarize import OfflineSummarizer
@@ -79,6 +81,7 @@ def generate(dirs: list[Path], guilds: int, seed: int = 7, built_every: int = 25
     trio.run(_build, built)
     for directory in dirs:
         open_backend(directory).close()
+        sealed_directory(directory)
     return fleet
 
 
@@ -130,17 +133,31 @@ def placement(dirs: list[Path]) -> dict[int, set[Path]]:
     return held
 
 
+def marks(guild: int) -> list[bytes]:
+    """What shows that a directory's files hold some of a guild: its marker (in the clear,
+    in a directory that does not seal) or the id of one of its people's keys, which every
+    sealed message of theirs carries."""
+    from eva.store.key_binding import ring_of
+    from eva.store.key_store import open_key_store
+
+    keys = open_key_store(create=True)
+    assert keys is not None
+    ring = ring_of(keys)
+    ids = [key_id(ring.tag(guild), ring.hashes.recorded(author)) for author in (100, 101, 102)]
+    return [marker(guild).encode(), *ids]
+
+
 def markers_out_of_place(
     fleet: Fleet, shards: list[Path], old: Sequence[Path] = ()
 ) -> dict[Path, list[int]]:
     """Per directory of the shards (and of `old` ones, which own nothing), the guilds it
-    does not own whose marker is in one of its files."""
+    does not own whose marks are in one of its files."""
     leaks: dict[Path, list[int]] = {}
     for directory in [*shards, *old]:
         blob = b"".join(path.read_bytes() for path in directory.rglob("*") if path.is_file())
         foreign = [
             g for g in fleet.guilds
-            if fleet.owner(g, shards) != directory and marker(g).encode() in blob
+            if fleet.owner(g, shards) != directory and any(mark in blob for mark in marks(g))
         ]
         if foreign:
             leaks[directory] = foreign

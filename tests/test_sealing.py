@@ -13,6 +13,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from eva.core.chain import check_stream
 from eva.core.events import (
     LineWritten,
     MessageEdited,
@@ -20,16 +21,18 @@ from eva.core.events import (
     SealedWithoutKeys,
     decode_event,
     decode_stored,
-    encode_event,
     use_opener,
 )
 from eva.core.keys import StreamId
 from eva.core.sealing import SealError, key_id, key_ids_of, open_blob, seal, sealing_key
+from eva.core.tables import Tables
+from eva.store import seal_in_place as seal_in_place_module
 from eva.store.event_store import EventStore, read_line, read_message
-from eva.store.key_binding import bind, ring_of, seal_from_now_on, seals_at_rest
+from eva.store.key_binding import bind, ring_of, seals_at_rest
 from eva.store.key_store import KeyStore, KeyStoreError, open_key_store
 from eva.store.lmdb_kv import open_backend
 from eva.store.person_keys import PEOPLE_DIR, PersonKeys
+from eva.store.replay import replay_stream
 
 STREAM = StreamId(41, 42)
 ANN, BO = 1001, 1002
@@ -65,7 +68,7 @@ def lines() -> list[LineWritten]:
 
 def sealed_store(data: Path, key_store: KeyStore) -> EventStore:
     store = EventStore(open_backend(data))
-    seal_from_now_on(store, key_store)
+    bind(store, key_store, write=True, say=None)
     return store
 
 
@@ -205,18 +208,46 @@ def test_sealed_events_without_their_keys_are_an_error_that_names_the_key_store(
     assert decode_event(data) == posted(0, ANN, "zqAnnettez", "zqmarmaladez")
 
 
-def test_a_directory_seals_only_once_told_to_and_reads_what_it_wrote_before(
-    tmp_path: Path, key_store: KeyStore
+def test_a_directory_written_before_is_sealed_in_place_even_when_cut_short(
+    tmp_path: Path, key_store: KeyStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store = EventStore(open_backend(tmp_path / "data"))
-    bind(store, key_store, write=True)
-    assert not seals_at_rest(store) and store.sealer is None
-    store.append(STREAM, [posted(0, ANN, "zqAnnettez", "zqmarmaladez")])
-    seal_from_now_on(store, key_store)
-    store.append(STREAM, [posted(1, BO, "zqBorisz", "zqquixoticz")])
-    plain, sealed = raw_events(store)
-    assert b"zqmarmaladez" in plain and b"zqquixoticz" not in sealed
-    assert decode_event(plain) == posted(0, ANN, "zqAnnettez", "zqmarmaladez")
-    assert decode_event(sealed) == posted(1, BO, "zqBorisz", "zqquixoticz")
-    opened = decode_event(sealed)
-    assert encode_event(opened) == encode_event(posted(1, BO, "zqBorisz", "zqquixoticz"))
+    store = EventStore(open_backend(tmp_path / "data"))  # bound to no key store: in the clear
+    events = [posted(index, (ANN, BO)[index % 2], "zqAnnettez", f"zqmarmaladez {index}")
+              for index in range(7)]
+    store.append(STREAM, events[:5])
+    store.append(STREAM, lines()[:2])
+    store.append(StreamId(41, 43), [posted(0, BO, "zqBorisz", "zqmarmaladez too")])
+    assert all(b"zqmarmaladez" in data for data in raw_events(store)[:5])
+
+    # a run cut short after two chunks of two events: the rest of the log is sealed later
+    monkeypatch.setattr(seal_in_place_module, "CHUNK_EVENTS", 2)
+    real = seal_in_place_module._seal_chunk
+    chunks: list[int] = []
+
+    def cut_short(tables: Tables, **given: object) -> int:
+        if len(chunks) == 2:
+            raise OSError("the machine stopped")
+        chunks.append(1)
+        return real(tables, **given)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(seal_in_place_module, "_seal_chunk", cut_short)
+    with pytest.raises(OSError, match="stopped"):
+        bind(store, key_store, write=True, say=None)
+    assert not seals_at_rest(store)
+    monkeypatch.setattr(seal_in_place_module, "_seal_chunk", real)
+    said: list[str] = []
+    bind(store, key_store, write=True, say=said.append)
+    assert said == ["eva: sealing the 8 events of 2 channels with people's keys (once, for "
+                    "this data directory)"]
+    assert seals_at_rest(store) and store.sealer is not None
+
+    for stream in (STREAM, StreamId(41, 43)):
+        with store.backend.reading() as tables:
+            assert check_stream(tables, stream).ok
+        assert not any(b"zqmarmaladez" in bytes(data) for _, data in store.raw_events(stream))
+    with store.backend.reading() as tables:
+        read = [read_message(tables, STREAM, index) for index in range(5)]
+    assert [message.posted for message in read if message is not None] == events[:5]
+    store.append(STREAM, [events[5]])  # what it writes now is sealed as it is written
+    assert b"zqmarmaladez" not in raw_events(store)[-1]
+    assert replay_stream(store, STREAM).ok

@@ -6,12 +6,15 @@
 # a store is opened only with it: never with none, another, or a new one made in its place.
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from eva.core.events import use_opener
 from eva.core.keys import LAYOUT
 from eva.core.tables import Tables
 from eva.store.event_store import EventStore
 from eva.store.key_ring import KeyRing
 from eva.store.key_store import KEYS_ENV, KeyStore, KeyStoreError, default_path
+from eva.store.seal_in_place import SEALED_AT_REST, say_on_stderr, seal_in_place
 
 BOUND_TO = b"key_store"
 """The `layout` entry that holds the id of the key store the directory is bound to."""
@@ -24,10 +27,18 @@ def bound_id(store: EventStore) -> str | None:
     return None if found is None else found.decode()
 
 
-def bind(store: EventStore, key_store: KeyStore | None, *, write: bool) -> None:
-    """Give `store` the hashes of its key store, binding the two first if `write`s and
-    the store is bound to none. KeyStoreError when the directory is bound to a store
-    and `key_store` is missing or another one."""
+def bind(
+    store: EventStore,
+    key_store: KeyStore | None,
+    *,
+    write: bool,
+    say: Callable[[str], None] | None = say_on_stderr,
+) -> None:
+    """Give `store` the hashes and the keys of its key store, binding the two first if
+    `write`s and the store is bound to none; a writing bind of a directory that does not
+    seal yet seals what it holds in place first (eva.store.seal_in_place, which `say`s
+    so). KeyStoreError when the directory is bound to a store and `key_store` is missing
+    or another one."""
     bound = bound_id(store)
     if bound is None:
         if not write or key_store is None:
@@ -51,25 +62,16 @@ def bind(store: EventStore, key_store: KeyStore | None, *, write: bool) -> None:
         )
     store.hashes = key_store.person_hashes()
     ring = ring_of(key_store)
-    use_opener(ring.open)  # what was sealed reads opened, whether or not this store seals
+    use_opener(ring.open)  # what was sealed reads opened
+    if write and not seals_at_rest(store):  # written before: sealed in place, once
+        seal_in_place(store, ring, say)
     store.sealer = ring if seals_at_rest(store) else None
-
-
-SEALED_AT_REST = b"sealed_at_rest"
-"""The `layout` entry saying that the directory's writes seal people's words with their
-keys (eva.store.key_ring); a directory without it writes them in the clear."""
 
 
 def seals_at_rest(store: EventStore) -> bool:
     """Whether `store`'s directory seals what it writes."""
     with store.backend.reading() as tables:
         return tables.get(LAYOUT, SEALED_AT_REST) is not None
-
-
-def seal_from_now_on(store: EventStore, key_store: KeyStore) -> None:
-    """Make the directory of `store` (bound to `key_store`) seal what it writes from now on."""
-    store.backend.write(lambda tables: tables.put(LAYOUT, SEALED_AT_REST, b"1"))
-    bind(store, key_store, write=True)
 
 
 _rings: dict[str, KeyRing] = {}
