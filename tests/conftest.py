@@ -5,8 +5,11 @@ import contextlib
 import io
 import os
 from collections.abc import Iterator
+from typing import TypeVar
 
 import pytest
+
+EventStoreT = TypeVar("EventStoreT")
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -48,3 +51,15 @@ def sealed_directory(directory: object) -> None:
         bind(EventStore(backend), open_key_store(create=True), write=True, say=None)
     finally:
         backend.close()
+
+
+def keyed(store: EventStoreT) -> EventStoreT:
+    """`store` bound to the tests' key store, as a command that writes binds it (a directory
+    that seals is written only through a store that has its keys)."""
+    from eva.store.event_store import EventStore
+    from eva.store.key_binding import bind
+    from eva.store.key_store import open_key_store
+
+    assert isinstance(store, EventStore)
+    bind(store, open_key_store(create=True), write=True, say=None)
+    return store

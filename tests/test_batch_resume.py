@@ -14,6 +14,7 @@ from typing import Any
 
 import msgspec
 import trio
+from conftest import keyed
 from test_line_writer import (
     LEFT,
     LIMIT,
@@ -220,7 +221,7 @@ async def test_compression_stopped_while_batches_run_finishes_after_the_restart_
     with fake.serve():
         backend = open_backend(tmp_path)
         try:
-            store = EventStore(backend)
+            store = keyed(EventStore(backend))
             async with writer_with_book(fake, backend) as writer, trio.open_nursery() as nursery:
                 memory = Memory(store, stream, writer, memory_settings)
                 nursery.start_soon(partial(memory.compress, 10**13, urgent=False))
@@ -235,7 +236,7 @@ async def test_compression_stopped_while_batches_run_finishes_after_the_restart_
         fake.hold_batches = False
         backend = open_backend(tmp_path)  # and starts again
         try:
-            store = EventStore(backend)
+            store = keyed(EventStore(backend))
             async with writer_with_book(fake, backend) as writer:
                 built = await Memory(store, stream, writer, memory_settings).build(10**13)
             lines = [e for _, e in store.events(stream) if isinstance(e, LineWritten)]

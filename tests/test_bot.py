@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import trio
+from conftest import keyed
 
 from eva.cli.main import main
 from eva.core.events import ReplyWritten
@@ -97,7 +98,7 @@ async def eva_running(
 
 
 def store_of(data: Path) -> EventStore:
-    return EventStore(open_backend(data))
+    return keyed(EventStore(open_backend(data)))
 
 
 def contents(store: EventStore, stream: StreamId) -> list[tuple[str, str, bool]]:

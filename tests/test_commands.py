@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import gzip
 import logging
-import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ import msgspec
 import pytest
 import trio
 import trio_asyncio  # type: ignore[import-untyped]
+from holding import held
 
 from eva.core.events import ForgetRequested, MessagePosted
 from eva.core.forget import person_hash
@@ -163,11 +163,8 @@ def marker(name: str, number: int) -> str:
 
 
 def in_files(directory: Path, needles: list[str]) -> set[str]:
-    """The needles found anywhere in the bytes of the files under `directory`."""
-    blob = b"".join(
-        (Path(root) / name).read_bytes() for root, _, names in os.walk(directory) for name in names
-    )
-    return {n for n in needles if n.encode() in blob}
+    """The needles the directory still holds: in its files, or in its log opened."""
+    return held(directory, needles)
 
 
 def buttons(message: JSON) -> list[str]:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from conftest import keyed_hash
+from conftest import keyed, keyed_hash
 from test_forget_cli import (  # noqa: F401
     BO,
     GUILD_9,
@@ -121,7 +121,7 @@ def test_control_characters_are_shown_not_obeyed_and_kept_exact_in_json(
     assert visible("plain, tabs\tand\nlines") == "plain, tabs\tand\nlines"
     data = tmp_path / "data"
     backend = open_backend(data)
-    EventStore(backend).append(QUIET, [MessagePosted(
+    keyed(EventStore(backend)).append(QUIET, [MessagePosted(
         at_ms=1_700_000_000_000, index=0, message_id=5, author_id=ANN, author_name="Ann",
         content=text,
     )])

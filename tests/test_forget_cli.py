@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import trio
-from conftest import keyed_hash
+from conftest import keyed, keyed_hash
 from test_forget import PEOPLE, SETTINGS, chat, marker, markers_in_files
 
 from eva.cli.main import main as eva_main
@@ -103,7 +103,7 @@ def positions(data: Path) -> dict[str, int]:
 
 
 def store_of(data: Path) -> EventStore:
-    return EventStore(open_backend(data))
+    return keyed(EventStore(open_backend(data)))
 
 
 def test_a_person_with_no_messages_in_the_guild_has_nothing_to_forget(

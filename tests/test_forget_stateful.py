@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import trio
+from holding import held
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -233,8 +234,7 @@ class ForgetMachine(RuleBasedStateMachine):
     # -- invariants ----------------------------------------------------------
 
     def markers_in_files(self, markers: set[str]) -> set[str]:
-        blob = file_bytes(self.directory)
-        return {m for m in markers if m.encode() in blob}
+        return held(self.directory, markers)
 
     def line_texts(self) -> str:
         texts = []

@@ -14,6 +14,7 @@ from typing import Any
 import anthropic
 import pytest
 import trio
+from conftest import keyed
 
 from eva.cli.cmd_import import import_bytes
 from eva.core.address import Address
@@ -464,7 +465,7 @@ def chat_line(body: JSON) -> str:
 
 async def test_memory_builds_model_lines_through_the_fake_api(tmp_path: Path) -> None:
     report = import_bytes(tmp_path, friends_export(400), Path("friends.json"))
-    store = EventStore(open_backend(tmp_path))
+    store = keyed(EventStore(open_backend(tmp_path)))
     stream = StreamId(int(report.guild_id), int(report.channel_id))
     memory_settings = MemorySettings(
         compress_at_bytes=6 * KIB,

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import trio
+from holding import held
 
 from eva.core.keys import StreamId
 from eva.core.settings import KIB, LiveSettings, MemorySettings
@@ -33,10 +33,8 @@ def marker(person: int, stream: StreamId, number: int) -> str:
 
 
 def in_files(directory: Path, needles: list[str]) -> set[str]:
-    blob = b"".join(
-        (Path(root) / name).read_bytes() for root, _, names in os.walk(directory) for name in names
-    )
-    return {n for n in needles if n.encode() in blob}
+    """The needles the directory still holds: in its files, or in its log opened."""
+    return held(directory, needles)
 
 
 async def fill(supervisor: object, start_ms: int) -> dict[int, list[str]]:

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from conftest import keyed
 from msgspec.structs import replace
 
 from eva.cli.cmd_import import import_bytes
@@ -36,7 +37,7 @@ SMALL = MemorySettings(
 
 def imported(tmp_path: Path, messages: int) -> tuple[EventStore, StreamId]:
     report = import_bytes(tmp_path, friends_export(messages), Path("friends.json"))
-    return EventStore(open_backend(tmp_path)), StreamId(
+    return keyed(EventStore(open_backend(tmp_path))), StreamId(
         int(report.guild_id), int(report.channel_id)
     )
 
@@ -46,7 +47,7 @@ def posts_of(store: EventStore, stream: StreamId) -> list[MessagePosted]:
 
 
 def fresh_stream(tmp_path: Path, name: str) -> tuple[EventStore, StreamId]:
-    return EventStore(open_backend(tmp_path / name)), StreamId(1, 2)
+    return keyed(EventStore(open_backend(tmp_path / name))), StreamId(1, 2)
 
 
 def rows_published(store: EventStore, stream: StreamId) -> list[RowPublished]:

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import keyed
 
 import eva.store.replay as replay_module
 from eva.cli.cmd_import import import_bytes
@@ -31,7 +32,7 @@ def small_batches(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[EventStore]:
     report = import_bytes(tmp_path / "data", friends_export(2500), Path("friends.json"))
-    opened = EventStore(lmdb_kv.open_backend(tmp_path / "data"))
+    opened = keyed(EventStore(lmdb_kv.open_backend(tmp_path / "data")))
     stream = StreamId(int(report.guild_id), int(report.channel_id))
     # edits, deletions and an erasure: the child is sent texts to take out as well
     posted = {index: message for index, message in opened.messages(stream, 0, 2000)}

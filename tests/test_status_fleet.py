@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import keyed
 from fleet import generate, posts
 
 from eva.cli.main import main
@@ -40,7 +41,7 @@ def test_each_shard_is_counted_and_a_folder_of_shards_stands_for_them(
     report = json.loads(capsys.readouterr().out)
     assert [s["dir"] for s in report["shards"]] == [str(d) for d in two]
     for shard, directory in zip(report["shards"], two, strict=True):
-        store = EventStore(open_backend(directory))
+        store = keyed(EventStore(open_backend(directory)))
         metas = store.streams()
         assert shard["channels"] == len(metas) > 0
         assert shard["guilds"] == len({m.guild_id for m in metas})
@@ -64,7 +65,7 @@ def test_guilds_out_of_place_for_a_shard_count_are_named(
     wrong = report["placement"]["misplaced"]
     holders = {}
     for number, directory in enumerate(two):
-        for meta in EventStore(open_backend(directory)).streams():
+        for meta in keyed(EventStore(open_backend(directory))).streams():
             holders[meta.guild_id] = number
         open_backend(directory).close()
     expected = sorted(g for g, at in holders.items() if shard_of(g, 3) != at)
@@ -85,7 +86,7 @@ def test_a_guild_held_in_two_shards_and_an_unfinished_reshard_are_shown(
 ) -> None:
     guild = 6 << 22  # shard 0 of 2
     for directory, channel in ((two[0], 1), (two[1], 2)):
-        EventStore(open_backend(directory)).append(
+        keyed(EventStore(open_backend(directory))).append(
             StreamId(guild, channel), posts(StreamId(guild, channel), 3)
         )
         open_backend(directory).close()

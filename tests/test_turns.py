@@ -10,6 +10,7 @@ import itertools
 from pathlib import Path
 
 import trio
+from conftest import keyed
 
 from eva.cli.cmd_import import import_bytes
 from eva.core.events import AnyEvent, LineWritten
@@ -56,7 +57,7 @@ async def test_steps_take_turns_one_per_turn_of_the_scheduler() -> None:
 
 async def test_a_run_pauses_before_every_stretch_of_its_work(tmp_path: Path) -> None:
     report = import_bytes(tmp_path, friends_export(3 * STEP_CHUNK), Path("friends.json"))
-    store = EventStore(open_backend(tmp_path))
+    store = keyed(EventStore(open_backend(tmp_path)))
     stream = StreamId(int(report.guild_id), int(report.channel_id))
     timeline: list[str] = []
 

@@ -62,6 +62,9 @@ FORGOTTEN_IN_RECORDS: Final = b"forgotten"
 """The `layout` entry saying that each stream's record holds when its forgotten people
 asked (StreamMeta.forgotten); a data directory written before holds records without it."""
 
+SEALED_AT_REST: Final = b"sealed_at_rest"
+"""The `layout` entry saying that the directory's writes seal people's words with their
+keys (eva.store.key_ring); a directory without it writes them in the clear."""
 LOGS_SEALED: Final = b"sealed"
 """The `layout` entry saying that every event has its seal in `chain`; a data directory
 written before holds none."""

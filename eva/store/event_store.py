@@ -31,7 +31,7 @@ from eva.core.events import (
     encode_event,
 )
 from eva.core.forget import UNKEYED, PersonHashes
-from eva.core.keys import CHAIN, StreamId
+from eva.core.keys import CHAIN, LAYOUT, SEALED_AT_REST, StreamId
 from eva.core.projection import Projector, Rejected, read_meta
 from eva.core.slots import read_slot, read_slots
 from eva.core.state import (
@@ -42,6 +42,7 @@ from eva.core.state import (
     encode_record,
 )
 from eva.core.tables import Tables
+from eva.store.key_store import KeyStoreError
 from eva.store.kv import Backend
 
 READ_CHUNK = 4096
@@ -92,10 +93,16 @@ def stored_events(
     tables: Tables, stream: StreamId, events: Sequence[AnyEvent], sealer: Sealer | None = None
 ) -> list[bytes]:
     """The bytes the log stores for events of `stream`, sealed by `sealer` if given;
-    Rejected if one cannot be stored."""
+    Rejected if one cannot be stored, KeyStoreError if the directory seals what it
+    writes and no `sealer` is given."""
     if sealer is not None:
         events = sealer.seal_events(
             stream.guild_id, events, partial(_edited_author, tables, stream, events)
+        )
+    elif tables.get(LAYOUT, SEALED_AT_REST) is not None:
+        raise KeyStoreError(
+            "this data directory seals what it writes with people's keys, and it was opened "
+            "without its key store: nothing is written in the clear"
         )
     stored = []
     for offset, event in enumerate(events):

@@ -9,12 +9,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from eva.core.events import use_opener
-from eva.core.keys import LAYOUT
+from eva.core.keys import LAYOUT, SEALED_AT_REST
 from eva.core.tables import Tables
 from eva.store.event_store import EventStore
 from eva.store.key_ring import KeyRing
 from eva.store.key_store import KEYS_ENV, KeyStore, KeyStoreError, default_path
-from eva.store.seal_in_place import SEALED_AT_REST, say_on_stderr, seal_in_place
+from eva.store.seal_in_place import say_on_stderr, seal_in_place
 
 BOUND_TO = b"key_store"
 """The `layout` entry that holds the id of the key store the directory is bound to."""

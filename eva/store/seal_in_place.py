@@ -19,7 +19,7 @@ from itertools import islice
 from eva.core import keys
 from eva.core.chain import seal, seal_before
 from eva.core.events import AnyEvent, decode_stored
-from eva.core.keys import CHAIN, LAYOUT, StreamId
+from eva.core.keys import CHAIN, LAYOUT, SEALED_AT_REST, StreamId
 from eva.core.sealed_events import is_sealable
 from eva.core.tables import Tables
 from eva.store.event_store import EventStore, Sealer, stored_events
@@ -27,9 +27,6 @@ from eva.store.lmdb_kv import LmdbBackend
 
 CHUNK_EVENTS = 8192
 """Events of a stream sealed in one transaction."""
-SEALED_AT_REST = b"sealed_at_rest"
-"""The `layout` entry saying that the directory's writes seal people's words with their
-keys (eva.store.key_ring); a directory without it writes them in the clear."""
 SEALING_AT = b"sealing_at"
 """The `layout` entry of a sealing under way: the stream and the position it got to."""
 _AT = struct.Struct(">QQQ")
