@@ -53,13 +53,13 @@ def sealed_directory(directory: object) -> None:
         backend.close()
 
 
-def keyed(store: EventStoreT) -> EventStoreT:
+def keyed(store: EventStoreT, *, write: bool = True) -> EventStoreT:
     """`store` bound to the tests' key store, as a command that writes binds it (a directory
-    that seals is written only through a store that has its keys)."""
+    that seals is written only through a store that has its keys), or one that reads."""
     from eva.store.event_store import EventStore
     from eva.store.key_binding import bind
     from eva.store.key_store import open_key_store
 
     assert isinstance(store, EventStore)
-    bind(store, open_key_store(create=True), write=True, say=None)
+    bind(store, open_key_store(create=True), write=write, say=None)
     return store

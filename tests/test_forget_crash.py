@@ -27,7 +27,7 @@ from typing import Any
 import msgspec
 import pytest
 import trio
-from conftest import keyed_hash
+from conftest import keyed, keyed_hash
 from forget_child import NOT_REACHED, STEPS
 from killing import child_env
 from test_forget import PEOPLE, SETTINGS, STREAMS, chat, marker, markers_in_files
@@ -56,7 +56,7 @@ def everyones_markers() -> dict[int, list[str]]:
 
 
 async def build(data: Path) -> None:
-    store = EventStore(open_backend(data))
+    store = keyed(EventStore(open_backend(data)))  # sealed, as a command leaves it
     try:
         for stream in STREAMS:
             store.append(stream, chat(stream, MESSAGES))
@@ -92,7 +92,7 @@ def end_state(data: Path) -> dict[str, Any]:
     """Everything a forget decides, without times of writing and sequence numbers."""
     backend = open_backend(data)
     try:
-        store = EventStore(backend)
+        store = keyed(EventStore(backend), write=False)
         view: dict[str, Any] = {}
         for meta in store.streams():
             stream = StreamId(meta.guild_id, meta.channel_id)
@@ -159,7 +159,8 @@ def test_a_killed_forget_resumes_to_the_uninterrupted_end(
     assert child.returncode == -signal.SIGKILL, child.stderr.decode()
     # A copy was left half made or whole, not swapped in (the next writer removes it).
     assert (data / COMPACT_DIR / "data.mdb").exists() == (step in ("copy", "before_swap"))
-    forgetting = [meta.forgetting for meta in EventStore(open_backend(data)).streams()]
+    reading = keyed(EventStore(open_backend(data)), write=False)
+    forgetting = [meta.forgetting for meta in reading.streams()]
     open_backend(data).close()
     # The kill left work to do: the forget is pending in every channel it touches.
     assert forgetting == [[keyed_hash(FORGOTTEN)]] * len(STREAMS)

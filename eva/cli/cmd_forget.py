@@ -40,6 +40,7 @@ from eva.memory.forget import (
     request_everywhere,
 )
 from eva.store.erasure import (
+    log_texts,
     prove_erased,
     purge_ready,
     scan_files,
@@ -100,9 +101,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description=(
             "Read TEXTS (one text per line, UTF-8), such as a forgotten person's own "
             "messages, and look for them in every byte of every file under the data "
-            "directory, by the rule a forget proves itself with: texts too short to tell "
-            "anyone apart, and texts someone else also wrote (a message still kept holds "
-            "them), are left out and counted. Exits 1 if any text checked is found."
+            "directory and in its log read with the keys, by the rule a forget proves "
+            "itself with: texts too short to tell anyone apart, and texts someone else "
+            "also wrote (a message still kept holds them), are left out and counted. "
+            "Exits 1 if any text checked is found."
         ),
     )
     verify.add_argument("--texts", type=Path, required=True, help="file with one text per line")
@@ -294,10 +296,10 @@ def run_verify(args: argparse.Namespace) -> int:
     if not args.data.is_dir():
         raise UserError(f"no data directory at {args.data}")
     short = shared = 0
+    store = open_store(args.data)
     if args.every_text:
-        report = scan_files(args.data, texts)
+        report = scan_files(args.data, texts, log_texts(store))
     else:
-        store = open_store(args.data)
         given = list(dict.fromkeys(text.strip() for text in texts if text.strip()))
         checked = proof_texts(given, surviving_texts(store))
         short = sum(len(text.encode()) < PROOF_MIN_BYTES for text in given)

@@ -101,3 +101,25 @@ def opened(event: Sealable, fields: bytes | None) -> AnyEvent:
         return msgspec.structs.replace(event, **_BLANK[kind], sealed=b"")
     values = dict(zip(_FIELDS[kind], _DECODERS[kind].decode(fields), strict=True))
     return msgspec.structs.replace(event, **values, sealed=b"")
+
+
+def event_texts(event: AnyEvent) -> list[str]:
+    """What the event says of people in words: the texts among its sealable fields (the
+    words and names a forget must prove gone), none for other kinds."""
+    if not is_sealable(event):
+        return []
+    found: list[str] = []
+    _texts_in(msgspec.to_builtins([getattr(event, name) for name in _FIELDS[type(event)]]), found)
+    return found
+
+
+def _texts_in(value: object, found: list[str]) -> None:
+    if isinstance(value, str):
+        if value:
+            found.append(value)
+    elif isinstance(value, dict):
+        for item in value.values():
+            _texts_in(item, found)
+    elif isinstance(value, list):
+        for item in value:
+            _texts_in(item, found)

@@ -10,8 +10,9 @@ from __future__ import annotations
 import os
 import time
 from collections import Counter
-from collections.abc import Container, Iterator
+from collections.abc import Container, Iterable, Iterator
 from dataclasses import dataclass, replace
+from functools import partial
 from itertools import islice
 from pathlib import Path
 
@@ -19,7 +20,7 @@ import ahocorasick
 
 from eva.core import keys
 from eva.core.chain import seal_from
-from eva.core.events import AnyEvent, LogRewritten
+from eva.core.events import AnyEvent, LogRewritten, decode_event
 from eva.core.forget import (
     join_corpus,
     joined_from,
@@ -30,6 +31,7 @@ from eva.core.forget import (
 )
 from eva.core.keys import StreamId
 from eva.core.projection import Projector, indexed_text, read_meta
+from eva.core.sealed_events import event_texts
 from eva.core.state import StreamMeta
 from eva.core.tables import Tables
 from eva.core.terms import terms
@@ -162,8 +164,16 @@ SCAN_CHUNK = 16 << 20
 """Bytes of a file searched at a time by `scan_files`."""
 
 
-def scan_files(directory: Path, texts: list[str]) -> ScanReport:
-    """Count every occurrence of each text's UTF-8 bytes in every file under `directory`.
+LOG_OPENED = "(the log, opened with the keys)"
+"""Where a text found in the opened log is said to be (`scan_files` with `log`)."""
+
+
+def scan_files(
+    directory: Path, texts: list[str], log: Iterable[str] = ()
+) -> ScanReport:
+    """Count every occurrence of each text's UTF-8 bytes in every file under `directory`,
+    and in `log` (the texts of the directory's log as they read opened: sealed words are
+    in no file as they are).
 
     A file is read `SCAN_CHUNK` bytes at a time, each chunk searched with the
     end of the one before it (one byte short of the longest text), so a text
@@ -190,26 +200,62 @@ def scan_files(directory: Path, texts: list[str]) -> ScanReport:
     files = total = hits = 0
     found: Counter[int] = Counter()
     found_in: set[tuple[int, str]] = set()
+
+    def search(within: str, chunks: Iterable[bytes]) -> None:
+        nonlocal total, hits
+        tail = ""
+        for chunk in chunks:
+            total += len(chunk)
+            searched = tail + chunk.decode("latin-1")
+            for end, number in automaton.iter(searched):
+                if end >= len(tail):  # one ending in the tail was counted before
+                    hits += 1
+                    found[number] += 1
+                    found_in.add((first_at[patterns[number]], within))
+            tail = searched[max(len(searched) - keep, 0) :] if keep else ""
+
     for root, _, names in os.walk(directory):
         for name in names:
             files += 1
             path = Path(root) / name
-            within = path.relative_to(directory).as_posix()
             with open(path, "rb") as file:
-                tail = ""
-                while chunk := file.read(SCAN_CHUNK):
-                    total += len(chunk)
-                    searched = tail + chunk.decode("latin-1")
-                    for end, number in automaton.iter(searched):
-                        if end >= len(tail):  # one ending in the tail was counted before
-                            hits += 1
-                            found[number] += 1
-                            found_in.add((first_at[patterns[number]], within))
-                    tail = searched[max(len(searched) - keep, 0) :] if keep else ""
+                chunks = iter(partial(file.read, SCAN_CHUNK), b"")
+                search(path.relative_to(directory).as_posix(), chunks)
+    search(LOG_OPENED, _chunked(log))
     places = tuple(sorted((first_at[patterns[number]], times) for number, times in found.items()))
     return ScanReport(
         len(patterns), files, total, hits, len(found), places, tuple(sorted(found_in))
     )
+
+
+def _chunked(texts: Iterable[str]) -> Iterator[bytes]:
+    """Texts as UTF-8, a newline after each, in chunks of about `SCAN_CHUNK` bytes."""
+    chunk: list[bytes] = []
+    size = 0
+    for text in texts:
+        data = text.encode() + b"\n"
+        chunk.append(data)
+        size += len(data)
+        if size >= SCAN_CHUNK:
+            yield b"".join(chunk)
+            chunk, size = [], 0
+    if chunk:
+        yield b"".join(chunk)
+
+
+def log_texts(store: EventStore) -> Iterator[str]:
+    """The texts of every event of every stream as they read opened (eva.core.sealed_events
+    .event_texts), read a stream at a time."""
+    for meta in store.streams():
+        stream = StreamId(meta.guild_id, meta.channel_id)
+        prefix = keys.stream_prefix(stream)
+        with store.backend.reading() as tables:
+            for count, (_, data) in enumerate(
+                tables.scan("events", prefix, keys.prefix_end(prefix))
+            ):
+                yield from event_texts(decode_event(data))
+                if count % RELEASE_MESSAGES == RELEASE_MESSAGES - 1:
+                    store.backend.release_pages()
 
 
 def surviving_texts(
@@ -267,7 +313,7 @@ def prove_erased(store: EventStore, data_dir: Path, forgotten: list[str]) -> Sca
 
 def scan_proof(store: EventStore, data_dir: Path, texts: list[str]) -> ScanReport:
     """`prove_erased` of texts `proof_texts` chose already."""
-    scan = scan_files(data_dir, texts)
+    scan = scan_files(data_dir, texts, log_texts(store))
     if not scan.hits:
         return scan
     corpus = join_corpus(surviving_texts(store))
