@@ -16,7 +16,7 @@ from test_forget_cli import BO, GUILD_9, built, close, eva, store_of  # noqa: F4
 from eva.core import chain as chain_module
 from eva.core import keys
 from eva.core.chain import check, check_stream, first_seal, seals
-from eva.core.events import LogRewritten, MessagePosted, encode_event
+from eva.core.events import LogRewritten, MessagePosted, decode_event, encode_event
 from eva.core.keys import CHAIN, LOGS_SEALED, StreamId
 from eva.core.tables import Tables
 from eva.store.event_store import EventStore
@@ -159,8 +159,10 @@ def test_a_flipped_byte_is_reported_by_replay_and_refused_by_audit(
 ) -> None:
     stream = GUILD_9[1]
     stored = event_bytes(data, stream, 40)
-    text_at = stored.index(b"word")  # a word of the message's text: it still decodes
-    put_event_bytes(data, stream, 40, stored[:text_at] + b"W" + stored[text_at + 1 :])
+    # a byte of the message's time: the event still decodes, and opens (its words are sealed)
+    posted = decode_event(stored)
+    at = stored.index(posted.at_ms.to_bytes(8, "big")) + 7
+    put_event_bytes(data, stream, 40, stored[:at] + bytes([stored[at] ^ 1]) + stored[at + 1 :])
     assert log_check(data, stream) == (False, 40)
     capsys.readouterr()
     assert eva("replay", data=data) == 1
@@ -256,23 +258,18 @@ def test_one_letter_changed_in_the_data_file_itself_is_found(
     data: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The case that once passed replay: a letter of a message changed in place in
-    data.mdb, same length, with no Eva code involved."""
+    data.mdb, same length, with no Eva code involved (the message is sealed: a byte of
+    its sealed text)."""
     close(data)
     stream = StreamId(8, 1)
-    store = store_of(data)
-    try:
-        message = store.message(stream, 40)
-        assert message is not None
-        word = message.content.split()[0]  # a marker only this message holds
-    finally:
-        close(data)
+    stored = event_bytes(data, stream, 40)
     file = data / "data.mdb"
     raw = file.read_bytes()
-    assert raw.count(word.encode()) >= 1
-    file.write_bytes(raw.replace(word.encode(), word[:-1].encode() + b"Z"))
+    assert raw.count(stored[-24:]) >= 1  # the page it is on, and older copies of it
+    file.write_bytes(raw.replace(stored[-24:], stored[-24:-1] + bytes([stored[-1] ^ 0x20])))
     capsys.readouterr()
     assert eva("replay", "8/1", data=data) == 1
     out = capsys.readouterr().out
-    assert "LOG BROKEN at event" in out and "altered or damaged" in out
+    assert "event 40" in out and "altered or damaged" in out
     assert eva("zoom", "8/1", "40+1", data=data) == 1
     assert "does not match its seal" in capsys.readouterr().err

@@ -214,7 +214,8 @@ def test_verify_erased_exits_1_when_a_text_is_found_and_0_when_none(
     kept = chat(GUILD_9[0], MESSAGES)[3].content
     bos = [p.content for p in chat(GUILD_9[0], MESSAGES) if p.author_id == BO]
     texts = tmp_path / "texts.txt"
-    texts.write_text(f"{kept}\nnever written by anyone zq\nno\n", encoding="utf-8")
+    # a kept message, a text nobody wrote, and a name too short to tell anyone apart
+    texts.write_text(f"{kept}\nnever written by anyone zq\nCy\n", encoding="utf-8")
     assert eva("verify-erased", "--texts", str(texts), "--every-text", data=data) == 1
     out = capsys.readouterr().out
     assert "3 texts checked in" in out and "FOUND" in out and "(2 distinct texts)" in out
