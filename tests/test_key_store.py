@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import shutil
 import stat
 from pathlib import Path
 
@@ -63,8 +64,11 @@ def test_the_first_write_makes_the_key_store_outside_the_data_and_says_so(
     err = capsys.readouterr().err
     assert f"created the key store at {keys}" in err and "Back it up apart" in err
     assert mode(keys) == PRIVATE_DIR
-    assert {p.name for p in keys.iterdir()} == {"master.key", "store.json", ".lock"}
-    assert all(mode(p) == PRIVATE_FILE for p in keys.iterdir())
+    assert {p.name for p in keys.iterdir()} == {"master.key", "store.json", ".lock", "people"}
+    assert all(mode(p) == PRIVATE_FILE for p in keys.iterdir() if p.is_file())
+    people = list((keys / "people").iterdir())  # the data keys of the people in it
+    assert mode(keys / "people") == PRIVATE_DIR and people
+    assert all(mode(p) == PRIVATE_FILE for p in people)
     assert len(base64.b64decode((keys / "master.key").read_bytes().strip())) == 32
     assert not keys.is_relative_to(data)
     # bound: the next command names no new store
@@ -228,10 +232,17 @@ def test_eva_keys_says_where_the_store_is_and_gives_the_master_key_when_asked(
     assert run("keys", "--show-master", data=data) == 0
     master = capsys.readouterr().out.strip()
     assert master == (keys / "master.key").read_text().strip()
-    # the master key given instead, in another place: the same store, found by its id
+    # the master key given instead, in another place: the same store, found by its id; but
+    # people's keys are not made again from it: what they wrote is not read without them
     monkeypatch.setenv("EVA_KEYS", str(tmp_path / "elsewhere"))
     monkeypatch.setenv("EVA_MASTER_KEY", master)
-    assert run("status", data=data) == 0  # made there from the master key alone
+    capsys.readouterr()
+    assert run("memory", "9/1", data=data) == 1
+    made_there, refused = capsys.readouterr().err.strip().splitlines()
+    assert "created the key store at" in made_there
+    assert "restore the key store's people folder" in refused
+    shutil.copytree(keys / "people", tmp_path / "elsewhere" / "people")
+    assert run("memory", "9/1", data=data) == 0
     assert run("keys", "--json", data=data) == 0
     value = json.loads(capsys.readouterr().out.splitlines()[-1])
     assert value["id"] == value["data_keyed_with"] == made.id

@@ -12,7 +12,8 @@ from collections.abc import Sequence
 import msgspec
 
 from eva.cli.common import UserError
-from eva.core.events import DamagedLog
+from eva.core.events import DamagedLog, SealedWithoutKeys
+from eva.store.key_store import KeyStoreError
 
 EXIT_INTERNAL = 70
 """The exit status of a fault of Eva's own (EX_SOFTWARE)."""
@@ -115,6 +116,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as error:  # the machine refused: a full disk, a file gone, no permission
         where = f" ({error.filename})" if error.filename else ""
         print(f"eva {args.command}: {error.strerror or error}{where}", file=sys.stderr)
+        return 1
+    except (KeyStoreError, SealedWithoutKeys) as error:  # before DecodeError: one of them
+        print(f"eva {args.command}: {error}", file=sys.stderr)
         return 1
     except DamagedLog as error:
         print(

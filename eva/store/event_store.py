@@ -26,6 +26,7 @@ from eva.core.events import (
     MessageEdited,
     MessagePosted,
     RowPublished,
+    SealedWithoutKeys,
     decode_event,
     decode_stored,
     encode_event,
@@ -509,6 +510,8 @@ def decoded(stream: StreamId, seq: int, data: bytes) -> AnyEvent:
     """An event from its stored bytes; DamagedLog, naming it, if they do not decode."""
     try:
         return decode_event(data)
+    except SealedWithoutKeys as error:
+        raise KeyStoreError(f"{stream}: event {seq} cannot be read: {error}") from None
     except (msgspec.DecodeError, msgspec.ValidationError) as error:
         raise DamagedLog(
             f"{stream}: event {seq} does not decode ({error}); `eva replay` checks the "

@@ -13,6 +13,7 @@ import hmac
 import secrets
 from collections.abc import Callable, Sequence
 
+import msgspec
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from eva.core.events import AnyEvent, MessageEdited, SealedWithoutKeys
@@ -90,7 +91,7 @@ class KeyRing:
 
     def open(self, event: AnyEvent) -> AnyEvent:
         """The event with its sealed fields back; blank if a key that sealed it was
-        destroyed. msgspec.DecodeError (SealedWithoutKeys) if a key is not in the store, or
+        destroyed. SealedWithoutKeys if a key is not in the store, msgspec.DecodeError if
         the blob was altered."""
         if not is_sealable(event):
             return event
@@ -98,8 +99,8 @@ class KeyRing:
             fields = open_blob(event.sealed, self._cipher, associated(event))
         except _Destroyed:
             return opened(event, None)
-        except SealError as error:
-            raise SealedWithoutKeys(str(error)) from None
+        except SealError as error:  # altered or damaged: the log's seals say where
+            raise msgspec.DecodeError(str(error)) from None
         return opened(event, fields)
 
     def forget_ciphers(self) -> None:
@@ -145,8 +146,10 @@ class KeyRing:
         keys = self.people.find(key_ids)
         if any(key_id not in keys for key_id in key_ids):
             raise SealedWithoutKeys(
-                f"it is sealed with a key the key store ({self.store_id}) does not hold: it was "
-                "written with another key store, or this one lost files (restore them)"
+                f"it is sealed with a key the key store {self.store_id} at "
+                f"{self.people.folder.parent} does not hold: restore the key store's "
+                f"{self.people.folder.name} folder from where you back it up (the master key "
+                "alone does not make people's keys again)"
             )
         data_keys = [keys[key_id] for key_id in key_ids]
         if any(data_key is None for data_key in data_keys):
