@@ -32,14 +32,17 @@ ACCESS_MODES = {"ReadWriteOnce", "ReadOnlyMany", "ReadWriteMany", "ReadWriteOnce
 
 
 def manifests() -> dict[str, dict[str, Any]]:
-    """Every object in deploy/kubernetes/, by kind (each kind once)."""
+    """Every object in deploy/kubernetes/, by kind (each kind once), a claim by kind and name."""
     found: dict[str, dict[str, Any]] = {}
     for path in sorted(KUBE.glob("*.yaml")):
         for document in yaml.safe_load_all(path.read_text()):
             assert isinstance(document, dict), path
             assert {"apiVersion", "kind", "metadata"} <= set(document), path
-            assert document["kind"] not in found, f"{document['kind']} twice"
-            found[document["kind"]] = document
+            kind = document["kind"]
+            if kind == "PersistentVolumeClaim":
+                kind = f"{kind}/{document['metadata']['name']}"
+            assert kind not in found, f"{kind} twice"
+            found[kind] = document
     return found
 
 
@@ -63,7 +66,8 @@ def test_every_object_is_of_a_known_kind_and_api_version(kube: dict[str, dict[st
     assert {kind: doc["apiVersion"] for kind, doc in kube.items()} == {
         "ConfigMap": "v1",
         "Job": "batch/v1",
-        "PersistentVolumeClaim": "v1",
+        "PersistentVolumeClaim/data-eva-2": "v1",
+        "PersistentVolumeClaim/eva-keys": "v1",
         "Service": "v1",
         "StatefulSet": "apps/v1",
     }
@@ -149,8 +153,16 @@ def test_the_secrets_come_from_a_secret_and_the_settings_parse(
     job = only(kube["Job"]["spec"]["template"]["spec"]["containers"])
     job_env = {e["name"]: e for e in job["env"]}
     assert job_env["EVA_MASTER_KEY"] == env["EVA_MASTER_KEY"]
-    assert any(m["mountPath"] == job_env["EVA_KEYS"]["value"] for m in job["volumeMounts"])
+    job_keys = only([m for m in job["volumeMounts"]
+                     if m["mountPath"] == job_env["EVA_KEYS"]["value"]])
     pod = kube["StatefulSet"]["spec"]["template"]["spec"]
+    # people's keys live in one volume every pod and the job mount: never one that goes
+    # with its pod (an emptyDir), never a data volume
+    claim = kube["PersistentVolumeClaim/eva-keys"]
+    assert "ReadWriteMany" in claim["spec"]["accessModes"]
+    for spec, mount in ((pod, keys), (kube["Job"]["spec"]["template"]["spec"], job_keys)):
+        volume = only([v for v in spec["volumes"] if v["name"] == mount["name"]])
+        assert volume["persistentVolumeClaim"]["claimName"] == claim["metadata"]["name"]
     configmap = kube["ConfigMap"]
     volume = only([v for v in pod["volumes"] if "configMap" in v])
     assert volume["configMap"]["name"] == configmap["metadata"]["name"]
@@ -174,7 +186,8 @@ def test_the_pods_run_as_the_images_user(kube: dict[str, dict[str, Any]]) -> Non
 def test_the_reshard_job_mounts_each_shards_volume_where_eva_reshard_reads_it(
     kube: dict[str, dict[str, Any]],
 ) -> None:
-    sts, job, volume = kube["StatefulSet"], kube["Job"], kube["PersistentVolumeClaim"]
+    sts, job = kube["StatefulSet"], kube["Job"]
+    volume = kube["PersistentVolumeClaim/data-eva-2"]
     pod = job["spec"]["template"]["spec"]
     assert pod["restartPolicy"] in ("Never", "OnFailure")
     container = only(pod["containers"])
