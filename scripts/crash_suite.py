@@ -52,6 +52,8 @@ from eva.core.keys import StreamId
 from eva.demo.friends import friends_export
 from eva.store.erasure import prove_erased
 from eva.store.event_store import EventStore
+from eva.store.key_binding import bind
+from eva.store.key_store import open_key_store
 from eva.store.lmdb_kv import open_backend
 from eva.store.replay import replay_stream
 
@@ -131,8 +133,11 @@ def killed_run(
 
 @contextmanager
 def opened(data: Path) -> Iterator[EventStore]:
+    """The directory's store, with the key store it is bound to (its words are sealed)."""
     try:
-        yield EventStore(open_backend(data))
+        store = EventStore(open_backend(data))
+        bind(store, open_key_store(), write=False)
+        yield store
     finally:
         open_backend(data).close()
 
@@ -207,6 +212,9 @@ class World:
 
 
 def make_world(root: Path) -> World:
+    # a key store of the suite's own: its forgets destroy people's keys
+    os.environ["EVA_KEYS"] = str(root / "keys")
+    os.environ.pop("EVA_MASTER_KEY", None)
     export = root / "friends.json"
     raw = friends_export(MESSAGES)
     export.write_bytes(raw)
@@ -230,6 +238,20 @@ def fresh(source: Path | None, target: Path) -> Path:
     if source is not None:
         shutil.copytree(source, target)
     return target
+
+
+@contextmanager
+def own_keys(world: World, target: Path) -> Iterator[None]:
+    """The commands run inside use a copy of the suite's key store made at `target`: a
+    forget destroys the person's keys, and every copy of the built directory shares them."""
+    base = os.environ["EVA_KEYS"]
+    shutil.rmtree(target, ignore_errors=True)
+    shutil.copytree(world.root / "keys", target)
+    os.environ["EVA_KEYS"] = str(target)
+    try:
+        yield
+    finally:
+        os.environ["EVA_KEYS"] = base
 
 
 def timed(work: Callable[[], object]) -> float:
@@ -271,39 +293,49 @@ def suite_forget(world: World, runs: int, rng: random.Random) -> Outcome:
     outcome = Outcome()
     user = str(world.person)
     reference = fresh(world.built, world.root / "forget-reference")
-    clean_s = timed(lambda: run_eva("forget", "--user", user, "--data", str(reference)))
-    expected = end_state(reference)
+    with own_keys(world, world.root / "forget-reference-keys"):
+        clean_s = timed(lambda: run_eva("forget", "--user", user, "--data", str(reference)))
+        expected = end_state(reference)
     for run in range(runs):
-        data = fresh(world.built, world.root / f"forget-{run}")
-        argv = eva_argv("forget", "--user", user, "--data", str(data))
-        if run % 2:  # half the runs are killed after the promise, while it erases
-            killed, out = killed_run(
-                argv, rng.uniform(0.0, clean_s / 3), after_line=b"forget recorded"
-            )
-        else:
-            killed, out = killed_run(argv, kill_after(clean_s, rng))
-        outcome.runs += 1
-        outcome.killed += killed
-        outcome.finished_first += not killed
-        promised = b"forget recorded" in out
-        outcome.acknowledged += promised
-        # any command that writes finishes a recorded forget by itself
-        run_eva("build", "--data", str(data), "--settings", str(world.settings))
-        if promised:
-            with opened(data) as store:
-                scan = prove_erased(store, data, world.person_texts)
-            if scan.hits:
-                outcome.problems.append(
-                    f"forget run {run}: recorded, then {scan.texts_found} of their texts "
-                    "still in the files after the next write"
-                )
-        run_eva("forget", "--user", user, "--data", str(data))
-        found = soundness(data)
-        if end_state(data) != expected:
-            found.append("the end state differs from the uninterrupted forget's")
-        outcome.problems.extend(f"forget run {run}: {p}" for p in found)
-        shutil.rmtree(data, ignore_errors=True)
+        with own_keys(world, world.root / f"forget-{run}-keys"):
+            _forget_run(world, run, user, clean_s, expected, outcome, rng)
     return outcome
+
+
+def _forget_run(
+    world: World, run: int, user: str, clean_s: float, expected: dict[str, Any],
+    outcome: Outcome, rng: random.Random,
+) -> None:
+    """One run of `suite_forget`: killed, finished by the next command that writes, checked."""
+    data = fresh(world.built, world.root / f"forget-{run}")
+    argv = eva_argv("forget", "--user", user, "--data", str(data))
+    if run % 2:  # half the runs are killed after the promise, while it erases
+        killed, out = killed_run(
+            argv, rng.uniform(0.0, clean_s / 3), after_line=b"forget recorded"
+        )
+    else:
+        killed, out = killed_run(argv, kill_after(clean_s, rng))
+    outcome.runs += 1
+    outcome.killed += killed
+    outcome.finished_first += not killed
+    promised = b"forget recorded" in out
+    outcome.acknowledged += promised
+    # any command that writes finishes a recorded forget by itself
+    run_eva("build", "--data", str(data), "--settings", str(world.settings))
+    if promised:
+        with opened(data) as store:
+            scan = prove_erased(store, data, world.person_texts)
+        if scan.hits:
+            outcome.problems.append(
+                f"forget run {run}: recorded, then {scan.texts_found} of their texts "
+                "still in the files after the next write"
+            )
+    run_eva("forget", "--user", user, "--data", str(data))
+    found = soundness(data)
+    if end_state(data) != expected:
+        found.append("the end state differs from the uninterrupted forget's")
+    outcome.problems.extend(f"forget run {run}: {p}" for p in found)
+    shutil.rmtree(data, ignore_errors=True)
 
 
 def stdin_lines(count: int) -> list[tuple[str, str]]:

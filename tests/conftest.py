@@ -26,6 +26,38 @@ def key_store_of_the_tests(tmp_path_factory: pytest.TempPathFactory) -> Iterator
         yield
 
 
+@pytest.fixture(autouse=True)
+def own_key_store(
+    key_store_of_the_tests: None,
+    tmp_path_factory: pytest.TempPathFactory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each test a copy of the tests' key store (the same store: the same master key and
+    record): a forget destroys people's keys in it, as in an operator's, and the copies of
+    one data directory the tests make share their keys, so no test may take another's."""
+    import shutil
+    from pathlib import Path
+
+    copy = tmp_path_factory.mktemp("own-keys") / "store"
+    shutil.copytree(Path(os.environ["EVA_KEYS"]), copy)
+    monkeypatch.setenv("EVA_KEYS", str(copy))
+
+
+@contextlib.contextmanager
+def key_store_of_its_own(where: object) -> Iterator[None]:
+    """EVA_KEYS names a copy of the key store it names now, made at `where`, while inside:
+    for a fixture wider than a test that forgets someone (destroying their keys), so that
+    the tests after it find the keys of the directories they copy."""
+    import shutil
+    from pathlib import Path
+
+    assert isinstance(where, Path)
+    shutil.copytree(Path(os.environ["EVA_KEYS"]), where)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("EVA_KEYS", str(where))
+        yield
+
+
 def keyed_hash(person_id: int) -> str:
     """The hash a forget of `person_id` is recorded under by a command (the tests' store)."""
     from eva.store.key_store import open_key_store

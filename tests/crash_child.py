@@ -17,6 +17,8 @@ from pathlib import Path
 from eva.core.events import MessagePosted
 from eva.core.keys import StreamId
 from eva.store.event_store import Appended, Batch, EventStore
+from eva.store.key_binding import bind
+from eva.store.key_store import open_key_store
 from eva.store.lmdb_kv import open_backend
 
 STREAMS = (StreamId(7, 1), StreamId(7, 2), StreamId(8, 1))
@@ -40,6 +42,7 @@ def main(argv: list[str]) -> int:
     data_dir = Path(argv[1])
     rng = random.Random(int(argv[2]) if len(argv) > 2 else 0)
     store = EventStore(open_backend(data_dir, map_bytes=MAP_BYTES))
+    bind(store, open_key_store(create=True), write=True, say=None)  # as a command binds it
     counts = {}
     for stream in STREAMS:
         meta = store.meta(stream)

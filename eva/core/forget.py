@@ -30,6 +30,7 @@ from eva.core.events import (
 )
 from eva.core.keys import StreamId
 from eva.core.projection import read_meta
+from eva.core.sealed_events import keys_destroyed
 from eva.core.slots import read_slot, read_slots
 from eva.core.state import (
     MessageSlot,
@@ -152,7 +153,9 @@ def person_messages(
             continue
         posted = _event(tables, stream, slot.posted_seq)
         assert isinstance(posted, MessagePosted)
-        if person in hashes.all_of(posted.author_id):
+        # one whose keys are destroyed is nobody's any more (a copy made before a forget,
+        # restored): whatever forget comes next erases it
+        if person in hashes.all_of(posted.author_id) or keys_destroyed(posted):
             indexes.append(index)
     return tuple(indexes)
 
@@ -242,6 +245,15 @@ def purged_texts(before: AnyEvent, after: AnyEvent) -> list[str]:
 
 
 def _cleaned(
+    tables: Tables, stream: StreamId, meta: StreamMeta, seq: int, event: AnyEvent
+) -> AnyEvent | None:
+    cleaned = _wordless(tables, stream, meta, seq, event)
+    if keys_destroyed(event):  # read blank, but its words are still there, sealed: they go
+        return msgspec.structs.replace(cleaned if cleaned is not None else event, sealed=b"")
+    return cleaned
+
+
+def _wordless(
     tables: Tables, stream: StreamId, meta: StreamMeta, seq: int, event: AnyEvent
 ) -> AnyEvent | None:
     match event:

@@ -55,6 +55,10 @@ _DECODERS: dict[type, msgspec.msgpack.Decoder[Any]] = {
     ReplyWritten: msgspec.msgpack.Decoder(tuple[Grounding | None]),
 }
 _encoder = msgspec.msgpack.Encoder()
+ERASED_SEAL = b"\x00erased"
+"""What `sealed` holds in an event read whose keys were destroyed: its fields read blank,
+and a purge writes it again without its sealed words (never stored: a blob starts with its
+version, never a zero byte)."""
 SEALABLE: frozenset[type] = frozenset(_FIELDS)
 
 
@@ -95,10 +99,11 @@ def skeleton(event: Sealable, blob: bytes) -> AnyEvent:
 
 def opened(event: Sealable, fields: bytes | None) -> AnyEvent:
     """A stored event with its sealed fields back (`fields`, as `secret_fields` gave
-    them), or blank if None (the keys that sealed them are destroyed: erased)."""
+    them), or blank and marked `ERASED_SEAL` if None (the keys that sealed them are
+    destroyed: erased)."""
     kind = type(event)
     if fields is None:
-        return msgspec.structs.replace(event, **_BLANK[kind], sealed=b"")
+        return msgspec.structs.replace(event, **_BLANK[kind], sealed=ERASED_SEAL)
     values = dict(zip(_FIELDS[kind], _DECODERS[kind].decode(fields), strict=True))
     return msgspec.structs.replace(event, **values, sealed=b"")
 
@@ -123,3 +128,8 @@ def _texts_in(value: object, found: list[str]) -> None:
     elif isinstance(value, list):
         for item in value:
             _texts_in(item, found)
+
+
+def keys_destroyed(event: AnyEvent) -> bool:
+    """Whether the event was read with the keys that sealed it destroyed (`ERASED_SEAL`)."""
+    return getattr(event, "sealed", b"") == ERASED_SEAL

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -78,6 +78,7 @@ class ForgetReport:
     unchecked: bool = False
     data_bytes_before: int = 0
     data_bytes_after: int = 0
+    keys_destroyed: int = 0  # the person's keys in the servers they are forgotten in
     erase_s: float = 0.0
     purge_s: float = 0.0
     compact_s: float = 0.0
@@ -242,12 +243,32 @@ async def finish_forget(
             "`eva forget --resume`; the forget stays pending"
         )
     report.unchecked = any(e.resumed and not e.texts for e in erased)
+    report.keys_destroyed += destroy_keys(store, person, {e.stream.guild_id for e in erased})
     for e in erased:
         await append(
             e.stream,
             [ForgetApplied(at_ms=now_ms, person_hash=person, messages=e.messages, lines=e.lines)],
         )
     return report
+
+
+def destroy_keys(store: EventStore, person: str, guilds: Iterable[int]) -> int:
+    """Destroy the person's keys in each of `guilds` none of whose channels holds their words
+    any more; how many keys there were. A copy of the data taken before (a backup) then
+    shows none of their words to anyone: they are sealed with those keys."""
+    sealer = store.sealer
+    if sealer is None:
+        return 0
+    gone = 0
+    for guild in sorted(guilds):
+        channels = [
+            StreamId(meta.guild_id, meta.channel_id)
+            for meta in store.streams()
+            if meta.guild_id == guild
+        ]
+        if not holding_words(store, person, channels, pending_too=True):
+            gone += sealer.destroy_person(guild, person)
+    return gone
 
 
 async def forget(
@@ -294,15 +315,16 @@ def request_everywhere(
 
 
 def holding_words(
-    store: EventStore, person: str, streams: Sequence[StreamId]
+    store: EventStore, person: str, streams: Sequence[StreamId], *, pending_too: bool = False
 ) -> list[StreamId]:
     """The channels of `streams` that hold words of the person and no pending forget of
-    theirs yet (read only: it may run while others write)."""
+    theirs yet (or, `pending_too`, whether one is pending or not); read only: it may run
+    while others write."""
     found = []
     with store.backend.reading() as tables:
         for stream in streams:
             meta = read_meta(tables, stream)
-            if meta is None or person in meta.forgetting:
+            if meta is None or (person in meta.forgetting and not pending_too):
                 continue
             if person_messages(tables, stream, person, store.hashes) or stored_texts(
                 tables, stream, person, store.hashes

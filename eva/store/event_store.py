@@ -83,11 +83,20 @@ class StoredMessage(msgspec.Struct, frozen=True, gc=False):
 
 
 class Sealer(Protocol):
-    """Seals what events say of people with their keys (eva.store.key_ring.KeyRing)."""
+    """Seals what events say of people with their keys, and destroys a person's keys
+    (eva.store.key_ring.KeyRing)."""
 
     def seal_events(
         self, guild_id: int, events: Sequence[AnyEvent], edited_author: Callable[[int], int]
     ) -> list[AnyEvent]: ...
+
+    def destroy_person(self, guild_id: int, person_hash: str) -> int:
+        """Destroy every key the person has had in the server; how many there were."""
+        ...
+
+    def destroy_server(self, guild_id: int) -> int:
+        """Destroy the keys of everyone in the server; how many there were."""
+        ...
 
 
 def stored_events(

@@ -120,7 +120,10 @@ def erase_guild(
         found=scan.hits,
         done_ms=now_ms if scan.hits == 0 else 0,
     )
+    whole = ended.done_ms and not channel_id
+    if whole and store.sealer is not None:  # no copy of it shows anyone's words again
+        store.sealer.destroy_server(guild_id)  # first: cut short, the erasure runs again
     _put(store, ended)
-    if ended.done_ms and not channel_id:  # nothing of the server stays but this record
+    if whole:  # nothing of the server stays but this record
         remove_guild_records(store.backend, [guild_id], of=(SWITCHES, OPT_OUTS))
     return ended

@@ -103,6 +103,20 @@ class KeyRing:
             raise msgspec.DecodeError(str(error)) from None
         return opened(event, fields)
 
+    def destroy_person(self, guild_id: int, person_hash: str) -> int:
+        """Destroy every key the person (by their forget hash) has had in the server, for
+        good; how many the store held. What they sealed reads as erased from then on, in
+        this directory and in every copy of it."""
+        gone = self.people.destroy(self.ids_of(guild_id, person_hash))
+        self.forget_ciphers()
+        return gone
+
+    def destroy_server(self, guild_id: int) -> int:
+        """Destroy the keys of everyone in the server; how many there were."""
+        gone = self.people.destroy_server(self.tag(guild_id))
+        self.forget_ciphers()
+        return gone
+
     def forget_ciphers(self) -> None:
         """Drop the ciphers made so far (after keys were destroyed)."""
         self._ciphers.clear()
