@@ -24,8 +24,9 @@ author's name and id, the time, and attachment names (not the files). Bots' mess
 hers included. From the day she joined, and further back when a moderator runs \
 `/backfill` or her host imports a channel's history.
 - Lines of memory made from them, saying who said what; her replies and the tools she used.
-It is kept in a database (LMDB) on her host's machine. To write lines and replies, the \
-texts are sent to the model provider (Anthropic), under its own terms.
+It is kept in a database (LMDB) on her host's machine, what you write encrypted with a key \
+of yours (the search index of words is not yet). To write lines and replies, the texts are \
+sent to the model provider (Anthropic), under its own terms.
 
 **For how long**
 Until a message is deleted in Discord (its words leave her files within ten minutes, \
@@ -36,8 +37,9 @@ is forgotten, its channel is erased, or she is removed from the server (all of i
 **Your choices**
 - `/forget-me` erases every message you wrote here and every line made from them, then \
 checks her files for them. What stays is a record with counts and an id hashed with a \
-secret kept apart from the data. Another person's message that quotes you stays: it is \
-theirs to forget. A backup taken before stays until removed; restoring it forgets you again.
+secret kept apart from the data, and your key is destroyed: a backup taken before no longer \
+shows your messages (restoring it forgets you again). Another person's message that quotes \
+you stays: it is theirs to forget.
 - `/dont-remember-me`: nothing you write here is kept from now on (`/remember-me` undoes it).
 - `/my-data` sends you, and only you, what she keeps about you.
 - Moderators: `/forget-member`, and `/memory-here` to turn her memory of a channel off \
