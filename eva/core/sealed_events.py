@@ -9,6 +9,7 @@
 # tools Eva called, her replies' grounding) for the server.
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, TypeGuard
 
 import msgspec
@@ -54,6 +55,38 @@ _DECODERS: dict[type, msgspec.msgpack.Decoder[Any]] = {
     ToolCalled: msgspec.msgpack.Decoder(tuple[str]),
     ReplyWritten: msgspec.msgpack.Decoder(tuple[Grounding | None]),
 }
+_ASSOCIATED: dict[type, bytes] = {kind: event_tag(kind).encode() for kind in _FIELDS}  # type: ignore[arg-type]
+_replace = msgspec.structs.replace
+# The sealed fields put back, each kind by name (a replay opens every event: no dict made).
+_PUT_BACK: dict[type, Callable[[Any, Any], AnyEvent]] = {
+    MessagePosted: lambda e, v: _replace(
+        e, author_id=v[0], author_name=v[1], content=v[2], attachments=v[3], sealed=b""
+    ),
+    MessageEdited: lambda e, v: _replace(e, content=v[0], attachments=v[1], sealed=b""),
+    LineWritten: lambda e, v: _replace(e, text=v[0], authors=v[1], sealed=b""),
+    ChannelDescribed: lambda e, v: _replace(e, guild_name=v[0], channel_name=v[1], sealed=b""),
+    ToolCalled: lambda e, v: _replace(e, arguments=v[0], sealed=b""),
+    ReplyWritten: lambda e, v: _replace(e, grounding=v[0], sealed=b""),
+}
+# The sealed fields taken out, and blanked, each kind by name (an import seals every event).
+_TAKE: dict[type, Callable[[Any], tuple[Any, ...]]] = {
+    MessagePosted: lambda e: (e.author_id, e.author_name, e.content, e.attachments),
+    MessageEdited: lambda e: (e.content, e.attachments),
+    LineWritten: lambda e: (e.text, e.authors),
+    ChannelDescribed: lambda e: (e.guild_name, e.channel_name),
+    ToolCalled: lambda e: (e.arguments,),
+    ReplyWritten: lambda e: (e.grounding,),
+}
+_BLANKED: dict[type, Callable[[Any, bytes], AnyEvent]] = {
+    MessagePosted: lambda e, b: _replace(
+        e, author_id=0, author_name="", content="", attachments=(), sealed=b
+    ),
+    MessageEdited: lambda e, b: _replace(e, content="", attachments=(), sealed=b),
+    LineWritten: lambda e, b: _replace(e, text="", authors=(), sealed=b),
+    ChannelDescribed: lambda e, b: _replace(e, guild_name="", channel_name="", sealed=b),
+    ToolCalled: lambda e, b: _replace(e, arguments="", sealed=b),
+    ReplyWritten: lambda e, b: _replace(e, grounding=None, sealed=b),
+}
 _encoder = msgspec.msgpack.Encoder()
 ERASED_SEAL = b"\x00erased"
 """What `sealed` holds in an event read whose keys were destroyed: its fields read blank,
@@ -84,17 +117,17 @@ def people_of(event: Sealable, edited_author: int = SERVER) -> tuple[int, ...]:
 
 def secret_fields(event: Sealable) -> bytes:
     """The fields of the event that are sealed, encoded."""
-    return _encoder.encode(tuple(getattr(event, name) for name in _FIELDS[type(event)]))
+    return _encoder.encode(_TAKE[type(event)](event))
 
 
 def associated(event: Sealable) -> bytes:
     """What a blob is bound to besides its keys: the kind of event it belongs to."""
-    return event_tag(event).encode()
+    return _ASSOCIATED[type(event)]
 
 
 def skeleton(event: Sealable, blob: bytes) -> AnyEvent:
     """The event as stored: its sealed fields blank and `blob` holding them."""
-    return msgspec.structs.replace(event, **_BLANK[type(event)], sealed=blob)
+    return _BLANKED[type(event)](event, blob)
 
 
 def opened(event: Sealable, fields: bytes | None) -> AnyEvent:
@@ -104,8 +137,7 @@ def opened(event: Sealable, fields: bytes | None) -> AnyEvent:
     kind = type(event)
     if fields is None:
         return msgspec.structs.replace(event, **_BLANK[kind], sealed=ERASED_SEAL)
-    values = dict(zip(_FIELDS[kind], _DECODERS[kind].decode(fields), strict=True))
-    return msgspec.structs.replace(event, **values, sealed=b"")
+    return _PUT_BACK[kind](event, _DECODERS[kind].decode(fields))
 
 
 def event_texts(event: AnyEvent) -> list[str]:

@@ -73,24 +73,35 @@ def sealing_key(data_keys: Sequence[bytes]) -> bytes:
     return hashlib.sha256(_LINE_KEY + b"".join(data_keys)).digest()
 
 
+def header(ids: Sequence[bytes]) -> bytes:
+    """What a blob sealed for the keys `ids` (sorted, each once) starts with."""
+    if not 1 <= len(ids) <= MAX_KEYS:
+        raise SealError(f"a blob is sealed for 1 to {MAX_KEYS} keys, not {len(ids)}")
+    return bytes((VERSION, len(ids))) + b"".join(ids)
+
+
 def seal(
     ids: Sequence[bytes], cipher: AESGCM, nonce: bytes, fields: bytes, aad: bytes
 ) -> bytes:
     """The blob of `fields` sealed for the keys `ids` (sorted, each once), with `cipher`
     made from their `sealing_key`."""
-    if not 1 <= len(ids) <= MAX_KEYS:
-        raise SealError(f"a blob is sealed for 1 to {MAX_KEYS} keys, not {len(ids)}")
-    header = bytes((VERSION, len(ids))) + b"".join(ids)
-    return header + nonce + cipher.encrypt(nonce, fields, aad)
+    return header(ids) + nonce + cipher.encrypt(nonce, fields, aad)
 
 
-def open_blob(blob: bytes, cipher_of: Callable[[tuple[bytes, ...]], AESGCM], aad: bytes) -> bytes:
-    """The fields a blob seals, opened with the cipher `cipher_of` gives for its key ids
-    (which raises if a key is not there); SealError if the blob was altered."""
-    ids = key_ids_of(blob)
-    start = 2 + len(ids) * KEY_ID_BYTES
-    nonce = blob[start : start + NONCE_BYTES]
+def open_blob(blob: bytes, cipher_of: Callable[[bytes], AESGCM], aad: bytes) -> bytes:
+    """The fields a blob seals, opened with the cipher `cipher_of` gives for its key ids,
+    given as they stand in the blob, one after the other (it raises if a key is not
+    there); SealError if the blob was altered."""
+    if len(blob) < 2 or blob[0] != VERSION:
+        raise SealError("not a sealed blob of a known version")
+    start = 2 + blob[1] * KEY_ID_BYTES
     try:
-        return cipher_of(ids).decrypt(nonce, blob[start + NONCE_BYTES :], aad)
+        cipher = cipher_of(blob[2:start])
+        return cipher.decrypt(blob[start : start + NONCE_BYTES], blob[start + NONCE_BYTES :], aad)
     except InvalidTag:
         raise SealError("a sealed blob does not open with its keys: altered or damaged") from None
+
+
+def split_ids(block: bytes) -> tuple[bytes, ...]:
+    """The key ids of a blob, from the ids as they stand in it (`open_blob`)."""
+    return tuple(block[at : at + KEY_ID_BYTES] for at in range(0, len(block), KEY_ID_BYTES))

@@ -25,7 +25,16 @@ from eva.core.sealed_events import (
     secret_fields,
     skeleton,
 )
-from eva.core.sealing import NONCE_BYTES, SealError, guild_tag, key_id, open_blob, seal, sealing_key
+from eva.core.sealing import (
+    NONCE_BYTES,
+    SealError,
+    guild_tag,
+    header,
+    key_id,
+    open_blob,
+    sealing_key,
+    split_ids,
+)
 from eva.store.key_store import KeyStore
 from eva.store.person_keys import PersonKeys
 
@@ -47,7 +56,7 @@ class KeyRing:
         self._tag_secret = hmac.new(key_store.master, _TAG, hashlib.sha256).digest()
         self._tags: dict[int, bytes] = {}
         self._current: dict[tuple[int, int], bytes] = {}
-        self._ciphers: dict[tuple[bytes, ...], AESGCM] = {}
+        self._ciphers: dict[bytes, AESGCM] = {}  # by the key ids, one after the other
 
     def tag(self, guild_id: int) -> bytes:
         """The server's tag: the start of its people's key ids, the name of their file."""
@@ -77,15 +86,22 @@ class KeyRing:
             for event in events
         ]
         ids = self._person_ids(guild_id, {person for persons in owners for person in persons})
+        nonces = secrets.token_bytes(NONCE_BYTES * len(events))  # one draw for the batch
+        # the header and cipher of each set of people, made once a batch
+        made: dict[tuple[int, ...], tuple[bytes, AESGCM]] = {}
         sealed: list[AnyEvent] = []
         for event, persons in zip(events, owners, strict=True):
             if not is_sealable(event):
                 sealed.append(event)
                 continue
-            key_ids = tuple(sorted({ids[person] for person in persons}))
-            nonce = secrets.token_bytes(NONCE_BYTES)
-            fields = secret_fields(event)
-            blob = seal(key_ids, self._cipher(key_ids), nonce, fields, associated(event))
+            found = made.get(persons)
+            if found is None:
+                key_ids = tuple(sorted({ids[person] for person in persons}))
+                found = made[persons] = (header(key_ids), self._cipher(b"".join(key_ids)))
+            start, cipher = found
+            at = len(sealed) * NONCE_BYTES
+            nonce = nonces[at : at + NONCE_BYTES]
+            blob = start + nonce + cipher.encrypt(nonce, secret_fields(event), associated(event))
             sealed.append(skeleton(event, blob))
         return sealed
 
@@ -153,10 +169,12 @@ class KeyRing:
                         self._current[(guild_id, person)] = candidate
         return ids
 
-    def _cipher(self, key_ids: tuple[bytes, ...]) -> AESGCM:
-        found = self._ciphers.get(key_ids)
+    def _cipher(self, block: bytes) -> AESGCM:
+        """The cipher of the key ids `block` holds, one after the other."""
+        found = self._ciphers.get(block)
         if found is not None:
             return found
+        key_ids = split_ids(block)
         keys = self.people.find(key_ids)
         if any(key_id not in keys for key_id in key_ids):
             raise SealedWithoutKeys(
@@ -170,7 +188,7 @@ class KeyRing:
             raise _Destroyed
         cipher = AESGCM(sealing_key([data_key for data_key in data_keys if data_key is not None]))
         if len(self._ciphers) < _MOST_CACHED:
-            self._ciphers[key_ids] = cipher
+            self._ciphers[block] = cipher
         return cipher
 
 

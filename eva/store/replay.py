@@ -111,8 +111,7 @@ def replay_stream(
             and may_fork_beside()
         ):
             beside = partial(
-                index_beside, stream=stream, batches=-(-meta.position // REBUILD_BATCH),
-                scratch=_scratch, digest=_rebuilt_postings_digest,
+                index_beside, stream=stream, scratch=_scratch, digest=_rebuilt_postings_digest
             )
             with _in_memory() if short else _scratch() as scratch:
                 found = _replay(store, stream, scratch, progress, check_seals, beside)

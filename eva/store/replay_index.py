@@ -7,8 +7,10 @@
 # a scratch environment of its own and answers with the digest of what it
 # built, which the replay compares with the digest of the live index. Each
 # process holds a batch and a chunk of rows, as a replay in one process does.
-# The replay has less to do than the child, so it prepares the last batches'
-# changes itself (`PREPARED_HERE`) and sends them ready to write.
+# The child says when it wrote each batch; while it is more than `BEHIND` batches behind,
+# the replay prepares a batch's changes itself (`PostingBuffer.prepare`, the costly part)
+# and sends them ready to write, so both end at about the same time whatever either has
+# to do (a sealed log costs the replay more to read).
 # Invariants: the child reads nothing but what it is sent (it never touches
 # the data directory or the environment it inherits, and leaves by os._exit,
 # as multiprocessing's fork children do); a process with threads does not
@@ -53,9 +55,10 @@ class _Prepared(msgspec.Struct, tag="prepared", array_like=True):
 
 _changes = msgspec.msgpack.Encoder()
 _decode_changes = msgspec.msgpack.Decoder(_Texts | _Prepared)
-PREPARED_HERE = 0.3
-"""The share of a replay's batches, the last ones, whose changes the replay prepares
-itself: it ends its own part sooner than the child would end all of it."""
+BEHIND = 2
+"""Batches the child may have in hand before the replay prepares the next one itself."""
+_ACK = b"+"
+"""What the child sends after writing a batch (an answer never starts so)."""
 
 
 class _Answer(msgspec.Struct, array_like=True):
@@ -95,18 +98,24 @@ def may_fork_beside() -> bool:
 class IndexBeside:
     """The replaying side of the child: send it changes, then ask for its answer."""
 
-    def __init__(self, connection: Connection, batches: int) -> None:
+    def __init__(self, connection: Connection) -> None:
         self._connection = connection
         self._broken = False
         self._ended = False
         self._sent = 0
-        self._prepare_from = batches - int(batches * PREPARED_HERE)
+        self._written = 0
 
     def send(self, buffer: PostingBuffer) -> None:
-        """Hand the child one batch's index changes (prepared here, if among the last)."""
+        """Hand the child one batch's index changes (prepared here if it is behind)."""
         if self._broken:
             return
-        here = self._sent >= self._prepare_from
+        try:
+            while self._connection.poll(0) and self._connection.recv_bytes() == _ACK:
+                self._written += 1
+        except (OSError, EOFError):
+            self._broken = True
+            return
+        here = self._sent - self._written > BEHIND
         self._sent += 1
         batch = _Prepared(buffer.prepare()) if here else _Texts(buffer.changes())
         try:
@@ -127,9 +136,12 @@ class IndexBeside:
         """The digest of the postings the child built; None if it failed."""
         self.sent_all()
         try:
-            if not self._connection.poll(CHILD_SECONDS):
-                return None
-            found = _answers.decode(self._connection.recv_bytes())
+            data = _ACK
+            while data == _ACK:
+                if not self._connection.poll(CHILD_SECONDS):
+                    return None
+                data = self._connection.recv_bytes()
+            found = _answers.decode(data)
         except (OSError, EOFError, msgspec.DecodeError):
             return None
         return None if found.failed else found.rebuilt
@@ -137,11 +149,10 @@ class IndexBeside:
 
 @contextmanager
 def index_beside(
-    stream: StreamId, batches: int, scratch: Callable[[], Any], digest: Digest
+    stream: StreamId, scratch: Callable[[], Any], digest: Digest
 ) -> Iterator[IndexBeside]:
-    """A child that rebuilds `stream`'s recall index from the changes of about `batches`
-    batches it is sent, in a scratch environment `scratch` makes, and answers with
-    `digest` of it."""
+    """A child that rebuilds `stream`'s recall index from the changes it is sent, in a
+    scratch environment `scratch` makes, and answers with `digest` of it."""
     context = multiprocessing.get_context("fork")
     ours, theirs = context.Pipe()
     child = partial(_child, theirs, scratch, digest)
@@ -150,7 +161,7 @@ def index_beside(
     process.start()
     theirs.close()
     try:
-        yield IndexBeside(ours, batches)
+        yield IndexBeside(ours)
     finally:
         ours.close()
         process.join(5.0)
@@ -191,6 +202,8 @@ def _rebuild(connection: Connection, scratch: Callable[[], Any], digest: Digest)
                     rebuilt.write(PostingBuffer.of_changes(streams).flush)
                 case _Prepared(streams):
                     rebuilt.write(partial(write_prepared, streams=streams))
+            with suppress(OSError):
+                connection.send_bytes(_ACK)
             rebuilt.release_pages()
         with rebuilt.reading() as tables:
             made = digest(tables, rebuilt.release_pages)
