@@ -34,7 +34,8 @@ from eva.core.settings import MemorySettings
 from eva.core.summarize import OfflineSummarizer
 from eva.memory.build import Memory
 from eva.memory.forget import ForgetReport, forget
-from eva.store.event_store import Appended, EventStore
+from eva.store.event_store import Appended
+from eva.store.key_binding import key_store_at, keyed_store
 from eva.store.lmdb_kv import open_backend
 
 SAMPLE = Path(__file__).resolve().parents[2] / "shared" / "data" / "komodo-talk-general.dce.json.gz"
@@ -59,12 +60,16 @@ def main() -> int:
     raw = args.export.read_bytes()
     raw = gzip.decompress(raw) if args.export.suffix == ".gz" else raw
     settings = MemorySettings()
-    with tempfile.TemporaryDirectory(prefix="eva-bench-forget-") as tmp:
+    with (
+        tempfile.TemporaryDirectory(prefix="eva-bench-forget-") as tmp,
+        tempfile.TemporaryDirectory() as keys,
+        key_store_at(Path(keys) / "keys"),  # never the operator's key store
+    ):
         data = Path(tmp)
         started = time.perf_counter()
         imported = import_bytes(data, raw, args.export)
         source = StreamId(int(imported.guild_id), int(imported.channel_id))
-        store = EventStore(open_backend(data))
+        store = keyed_store(open_backend(data), write=True)
         posts = [e for _, e in store.events(source) if isinstance(e, MessagePosted)]
         played = StreamId(source.guild_id, source.channel_id + 1)
         trio.run(Memory(store, played, OfflineSummarizer(), settings).play, posts)

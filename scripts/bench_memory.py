@@ -33,7 +33,7 @@ from eva.core.summarize import OfflineSummarizer
 from eva.core.terms import terms
 from eva.memory.build import Memory
 from eva.memory.view import RowText, memory_text, recall, zoom
-from eva.store.event_store import EventStore
+from eva.store.key_binding import key_store_at, keyed_store
 from eva.store.lmdb_kv import open_backend
 
 SAMPLE = Path(__file__).resolve().parents[2] / "shared" / "data" / "komodo-talk-general.dce.json.gz"
@@ -56,13 +56,17 @@ def main() -> int:
         args.export.read_bytes()
     )
     settings = MemorySettings()
-    with tempfile.TemporaryDirectory(prefix="eva-bench-memory-") as tmp:
+    with (
+        tempfile.TemporaryDirectory(prefix="eva-bench-memory-") as tmp,
+        tempfile.TemporaryDirectory() as keys,
+        key_store_at(Path(keys) / "keys"),  # never the operator's key store
+    ):
         data = Path(tmp)
         started = time.perf_counter()
         report = import_bytes(data, raw, args.export)
         import_s = time.perf_counter() - started
         source = StreamId(int(report.guild_id), int(report.channel_id))
-        store = EventStore(open_backend(data))
+        store = keyed_store(open_backend(data), write=True)
         posts = [e for _, e in store.events(source) if isinstance(e, MessagePosted)]
         played = StreamId(source.guild_id, source.channel_id + 1)
         memory = Memory(store, played, OfflineSummarizer(), settings)

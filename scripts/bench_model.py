@@ -44,7 +44,7 @@ from eva.core.settings import MemorySettings, ModelSettings
 from eva.memory.build import Memory
 from eva.model.client import make_client
 from eva.model.line_writer import ClaudeLineWriter
-from eva.store.event_store import EventStore
+from eva.store.key_binding import key_store_at, keyed_store
 from eva.store.lmdb_kv import open_backend
 from eva.testing.fake_anthropic import JSON, FakeMessagesAPI
 
@@ -89,11 +89,16 @@ def realistic_lines(body: JSON) -> str:
 def build(raw: bytes, export: Path, answer: Any, share: float) -> dict[str, Any]:
     """Play the sample through the line writer against a fake answering with `answer`."""
     fake = FakeMessagesAPI(answer=answer)
-    with tempfile.TemporaryDirectory(prefix="eva-bench-model-") as tmp, fake.serve():
+    with (
+        tempfile.TemporaryDirectory(prefix="eva-bench-model-") as tmp,
+        tempfile.TemporaryDirectory() as keys,
+        fake.serve(),
+        key_store_at(Path(keys) / "keys"),  # never the operator's key store
+    ):
         data = Path(tmp)
         report = import_bytes(data, raw, export)
         source = StreamId(int(report.guild_id), int(report.channel_id))
-        store = EventStore(open_backend(data))
+        store = keyed_store(open_backend(data), write=True)
         posts = [e for _, e in store.events(source) if isinstance(e, MessagePosted)]
         played = StreamId(source.guild_id, source.channel_id + 1)
         settings = ModelSettings(

@@ -126,7 +126,8 @@ def main() -> int:
 
 
 def _ratio(sealed: object, plain: object) -> float:
-    assert isinstance(sealed, float) and isinstance(plain, float)
+    assert isinstance(sealed, float)
+    assert isinstance(plain, float)
     return round(sealed / plain, 2)
 
 

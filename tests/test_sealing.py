@@ -23,7 +23,15 @@ from eva.core.events import (
     use_opener,
 )
 from eva.core.keys import StreamId
-from eva.core.sealing import SealError, key_id, key_ids_of, open_blob, seal, sealing_key
+from eva.core.sealing import (
+    SealError,
+    header,
+    key_id,
+    key_ids_of,
+    open_blob,
+    seal,
+    sealing_key,
+)
 from eva.core.tables import Tables
 from eva.store import seal_in_place as seal_in_place_module
 from eva.store.event_store import EventStore, read_line, read_message
@@ -77,7 +85,7 @@ def raw_events(store: EventStore) -> list[bytes]:
 
 def test_a_blob_opens_with_all_of_its_keys_and_with_no_fewer() -> None:
     keys = [os.urandom(32) for _ in range(3)]
-    ids = (b"a" * 10, b"b" * 10, b"c" * 10)
+    ids = (b"tag1" + b"a" * 6, b"tag1" + b"b" * 6, b"tag1" + b"c" * 6)
     nonce = os.urandom(12)
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
@@ -250,3 +258,23 @@ def test_a_directory_written_before_is_sealed_in_place_even_when_cut_short(
     store.append(STREAM, [events[5]])  # what it writes now is sealed as it is written
     assert b"zqmarmaladez" not in raw_events(store)[-1]
     assert replay_stream(store, STREAM).ok
+
+
+def test_a_line_that_credits_hundreds_of_people_is_sealed_for_all_of_them(
+    key_store: KeyStore,
+) -> None:
+    ring = ring_of(key_store)
+    authors = tuple(range(5000, 5300))  # a line high in the tree of a busy server
+    line = LineWritten(
+        at_ms=1, start=0, size=512, text="what everyone said", first_ms=1, last_ms=2,
+        authors=authors,
+    )
+    (stored,) = ring.seal_events(STREAM.guild_id, [line], lambda _: 0)
+    assert isinstance(stored, LineWritten) and stored.text == "" and stored.authors == ()
+    assert len(key_ids_of(stored.sealed)) == 300
+    assert ring.open(stored) == line
+    ring.destroy_person(STREAM.guild_id, ring.hashes.recorded(authors[150]))  # any one of them
+    lost = ring.open(stored)
+    assert isinstance(lost, LineWritten) and (lost.text, lost.authors) == ("", ())
+    with pytest.raises(SealError, match="one server"):
+        header([key_id(b"tag1", "ann"), key_id(b"tag2", "bo")])

@@ -3,7 +3,8 @@
 # Pure (the nonce and the keys are given). An event that holds people's words or
 # names keeps them in one blob, laid out as
 #
-#     version (1 byte) | n (1 byte) | n key ids (10 bytes each) | nonce (12 bytes)
+#     version (1 byte) | n (2 bytes) | the server's tag (4 bytes)
+#     | the person part of n key ids (6 bytes each) | nonce (12 bytes)
 #     | AES-256-GCM ciphertext of the fields (msgpack) and its 16-byte tag
 #
 # The key ids name whose data keys seal the blob: each person has one per server
@@ -28,7 +29,9 @@ GUILD_TAG_BYTES: Final = 4
 KEY_ID_BYTES: Final = 10
 NONCE_BYTES: Final = 12
 DATA_KEY_BYTES: Final = 32
-MAX_KEYS: Final = 255
+MAX_KEYS: Final = 65535
+_COUNT = struct.Struct(">H")
+_IDS_AT: Final = 1 + _COUNT.size  # where the key ids start: the server's tag, then people
 SERVER: Final = 0
 """The person id whose key seals what belongs to a server rather than to one person (its
 channels' names, the tools Eva called, the grounding of her replies)."""
@@ -56,13 +59,18 @@ def key_id(tag: bytes, person_hash: str, generation: int = 0) -> bytes:
 
 def key_ids_of(blob: bytes) -> tuple[bytes, ...]:
     """The ids of the keys that seal `blob`."""
-    if len(blob) < 2 or blob[0] != VERSION:
-        raise SealError("not a sealed blob of a known version")
-    count = blob[1]
-    end = 2 + count * KEY_ID_BYTES
+    end = _ids_end(blob)
     if len(blob) < end + NONCE_BYTES + 16:
         raise SealError("a sealed blob cut short")
-    return tuple(blob[at : at + KEY_ID_BYTES] for at in range(2, end, KEY_ID_BYTES))
+    return split_ids(blob[_IDS_AT:end])
+
+
+def _ids_end(blob: bytes) -> int:
+    """Where the key ids of `blob` end (its nonce starts)."""
+    if len(blob) < _IDS_AT or blob[0] != VERSION:
+        raise SealError("not a sealed blob of a known version")
+    count: int = _COUNT.unpack_from(blob, 1)[0]
+    return _IDS_AT + GUILD_TAG_BYTES + count * (KEY_ID_BYTES - GUILD_TAG_BYTES)
 
 
 def sealing_key(data_keys: Sequence[bytes]) -> bytes:
@@ -74,10 +82,20 @@ def sealing_key(data_keys: Sequence[bytes]) -> bytes:
 
 
 def header(ids: Sequence[bytes]) -> bytes:
-    """What a blob sealed for the keys `ids` (sorted, each once) starts with."""
+    """What a blob sealed for the keys `ids` (sorted, each once, of one server) starts
+    with."""
     if not 1 <= len(ids) <= MAX_KEYS:
         raise SealError(f"a blob is sealed for 1 to {MAX_KEYS} keys, not {len(ids)}")
-    return bytes((VERSION, len(ids))) + b"".join(ids)
+    return bytes((VERSION,)) + _COUNT.pack(len(ids)) + join_ids(ids)
+
+
+def join_ids(ids: Sequence[bytes]) -> bytes:
+    """Key ids of one server as a blob holds them: the server's tag once, then the person
+    part of each (`split_ids` undoes it)."""
+    tag = ids[0][:GUILD_TAG_BYTES]
+    if any(key_id[:GUILD_TAG_BYTES] != tag for key_id in ids):
+        raise SealError("a blob is sealed with keys of one server only")
+    return tag + b"".join(key_id[GUILD_TAG_BYTES:] for key_id in ids)
 
 
 def seal(
@@ -90,18 +108,17 @@ def seal(
 
 def open_blob(blob: bytes, cipher_of: Callable[[bytes], AESGCM], aad: bytes) -> bytes:
     """The fields a blob seals, opened with the cipher `cipher_of` gives for its key ids,
-    given as they stand in the blob, one after the other (it raises if a key is not
-    there); SealError if the blob was altered."""
-    if len(blob) < 2 or blob[0] != VERSION:
-        raise SealError("not a sealed blob of a known version")
-    start = 2 + blob[1] * KEY_ID_BYTES
+    given as they stand in the blob (`join_ids`; it raises if a key is not there);
+    SealError if the blob was altered."""
+    start = _ids_end(blob)
     try:
-        cipher = cipher_of(blob[2:start])
+        cipher = cipher_of(blob[_IDS_AT:start])
         return cipher.decrypt(blob[start : start + NONCE_BYTES], blob[start + NONCE_BYTES :], aad)
     except InvalidTag:
         raise SealError("a sealed blob does not open with its keys: altered or damaged") from None
 
 
 def split_ids(block: bytes) -> tuple[bytes, ...]:
-    """The key ids of a blob, from the ids as they stand in it (`open_blob`)."""
-    return tuple(block[at : at + KEY_ID_BYTES] for at in range(0, len(block), KEY_ID_BYTES))
+    """The key ids of a blob, from the ids as they stand in it (`join_ids`)."""
+    tag, part = block[:GUILD_TAG_BYTES], KEY_ID_BYTES - GUILD_TAG_BYTES
+    return tuple(tag + block[at : at + part] for at in range(GUILD_TAG_BYTES, len(block), part))

@@ -6,14 +6,19 @@
 # a store is opened only with it: never with none, another, or a new one made in its place.
 from __future__ import annotations
 
-from collections.abc import Callable
+import io
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, redirect_stderr
+from pathlib import Path
 
 from eva.core.events import use_opener
 from eva.core.keys import LAYOUT, SEALED_AT_REST
 from eva.core.tables import Tables
 from eva.store.event_store import EventStore
 from eva.store.key_ring import KeyRing
-from eva.store.key_store import KEYS_ENV, KeyStore, KeyStoreError, default_path
+from eva.store.key_store import KEYS_ENV, KeyStore, KeyStoreError, default_path, open_key_store
+from eva.store.kv import Backend
 from eva.store.seal_in_place import say_on_stderr, seal_in_place
 
 BOUND_TO = b"key_store"
@@ -83,3 +88,30 @@ def ring_of(key_store: KeyStore) -> KeyRing:
     if ring is None or ring.people.folder.parent != key_store.path:
         ring = _rings[key_store.id] = KeyRing(key_store)
     return ring
+
+
+def keyed_store(backend: Backend, *, write: bool) -> EventStore:
+    """A store over `backend` bound to the key store EVA_KEYS names (made if `write`s and
+    there is none), as a command binds it: a directory that seals is read and written
+    only with its keys. For scripts that open a directory a command made."""
+    store = EventStore(backend)
+    bind(store, open_key_store(create=write), write=write, say=None)
+    return store
+
+
+@contextmanager
+def key_store_at(folder: Path) -> Iterator[KeyStore]:
+    """EVA_KEYS names a key store made quietly at `folder` while inside: benchmarks and
+    checks never write people's keys into the operator's store."""
+    before = os.environ.get(KEYS_ENV)
+    os.environ[KEYS_ENV] = str(folder)
+    try:
+        with redirect_stderr(io.StringIO()):
+            made = open_key_store(create=True)
+        assert made is not None
+        yield made
+    finally:
+        if before is None:
+            os.environ.pop(KEYS_ENV, None)
+        else:
+            os.environ[KEYS_ENV] = before

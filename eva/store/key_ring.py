@@ -30,6 +30,7 @@ from eva.core.sealing import (
     SealError,
     guild_tag,
     header,
+    join_ids,
     key_id,
     open_blob,
     sealing_key,
@@ -56,7 +57,7 @@ class KeyRing:
         self._tag_secret = hmac.new(key_store.master, _TAG, hashlib.sha256).digest()
         self._tags: dict[int, bytes] = {}
         self._current: dict[tuple[int, int], bytes] = {}
-        self._ciphers: dict[bytes, AESGCM] = {}  # by the key ids, one after the other
+        self._ciphers: dict[bytes, AESGCM] = {}  # by the key ids as a blob holds them
 
     def tag(self, guild_id: int) -> bytes:
         """The server's tag: the start of its people's key ids, the name of their file."""
@@ -97,7 +98,7 @@ class KeyRing:
             found = made.get(persons)
             if found is None:
                 key_ids = tuple(sorted({ids[person] for person in persons}))
-                found = made[persons] = (header(key_ids), self._cipher(b"".join(key_ids)))
+                found = made[persons] = (header(key_ids), self._cipher(join_ids(key_ids)))
             start, cipher = found
             at = len(sealed) * NONCE_BYTES
             nonce = nonces[at : at + NONCE_BYTES]
@@ -170,7 +171,7 @@ class KeyRing:
         return ids
 
     def _cipher(self, block: bytes) -> AESGCM:
-        """The cipher of the key ids `block` holds, one after the other."""
+        """The cipher of the key ids `block` holds (eva.core.sealing.join_ids)."""
         found = self._ciphers.get(block)
         if found is not None:
             return found
