@@ -11,7 +11,12 @@ import stat
 from pathlib import Path
 
 import pytest
+import trio
+from conftest import keyed, keyed_hash
+from holding import held, opened_texts
+from test_forget import SETTINGS, STREAMS, chat, marker
 
+from eva.cli.main import main
 from eva.core.chain import check_stream
 from eva.core.events import (
     LineWritten,
@@ -32,7 +37,9 @@ from eva.core.sealing import (
     seal,
     sealing_key,
 )
+from eva.core.summarize import OfflineSummarizer
 from eva.core.tables import Tables
+from eva.memory.build import Memory
 from eva.store import seal_in_place as seal_in_place_module
 from eva.store.event_store import EventStore, read_line, read_message
 from eva.store.key_binding import bind, ring_of, seals_at_rest
@@ -278,3 +285,42 @@ def test_a_line_that_credits_hundreds_of_people_is_sealed_for_all_of_them(
     assert isinstance(lost, LineWritten) and (lost.text, lost.authors) == ("", ())
     with pytest.raises(SealError, match="one server"):
         header([key_id(b"tag1", "ann"), key_id(b"tag2", "bo")])
+
+
+def test_a_backup_taken_before_a_forget_shows_none_of_their_words_and_a_restore_erases_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    live, backup = tmp_path / "live", tmp_path / "backup"
+    store = keyed(EventStore(open_backend(live)))
+
+    async def build() -> None:
+        for stream in STREAMS:
+            store.append(stream, chat(stream, 160))
+            await Memory(store, stream, OfflineSummarizer(), SETTINGS).build(1_800_000_000_000)
+
+    trio.run(build)
+    open_backend(live).close()
+    forgotten = [marker(202, index) for index in range(160)]
+    others = [marker(101, index) for index in range(160)]
+    assert main(["backup", str(backup), "--data", str(live)]) == 0
+    theirs, everyone_else = opened_texts(backup), set(held(backup, others))
+    assert [m for m in forgotten if m in theirs] and everyone_else
+    assert main(["forget", "--user", "202", "--data", str(live)]) == 0
+    # the backup, read with the live keys: none of their words, everyone else's all there
+    opened = opened_texts(backup)
+    assert not [m for m in forgotten if m in opened]
+    assert set(held(backup, others)) == everyone_else
+    capsys.readouterr()
+    assert main(["recall", "9/1", marker(202, 4), "--data", str(backup)]) == 0
+    shown = capsys.readouterr().out  # the question is echoed; no message of theirs is shown
+    assert shown.count(marker(202, 4)) == 1 and "\n>" not in shown
+    # restored over the live directory: forgotten again, their sealed words erased too
+    assert main(["restore", str(backup), "--data", str(live), "--replace"]) == 0
+    assert "forgot again 1 person(s)" in capsys.readouterr().out
+    assert held(live, forgotten) == set()
+    assert set(held(live, others)) == everyone_else
+    ring = ring_of(open_key_store())
+    gone = ring.ids_of(9, keyed_hash(202))
+    data = (live / "data.mdb").read_bytes()
+    assert gone and not any(key_id[4:] in data for key_id in gone)  # no blob sealed for them
+    assert main(["replay", "--data", str(live), "--quiet"]) == 0

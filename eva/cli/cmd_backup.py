@@ -32,6 +32,7 @@ from eva.store.backup import (
     forget_records,
     forgotten_since,
     read_manifest,
+    repair_sealed_away,
     replayed,
     stage,
     take_backup,
@@ -130,7 +131,8 @@ def run_restore(args: argparse.Namespace) -> int:
 
     started = time.perf_counter()
     settings = load_settings(args.settings)
-    manifest, there = _checked_backup(args)
+    sealed_away: set[StreamId] = set()
+    manifest, there = _checked_backup(args, sealed_away)
     newer_stores = [open_store(path) for path in args.forgets_from]
     store = open_store(args.data, must_exist=False, write=True)
     if there:
@@ -144,6 +146,7 @@ def run_restore(args: argparse.Namespace) -> int:
     try:
         reports = finish_pending(store, args.data, settings)
         finish_owed_erasures(store, args.data)
+        repair_sealed_away(store, sealed_away)  # their events sealed with keys gone, erased
     except ErasureFailed as failure:
         raise UserError(f"ERASURE FAILED: {failure}") from None
     except OSError as error:
@@ -173,14 +176,17 @@ def run_restore(args: argparse.Namespace) -> int:
     return 0 if restored.ok else 1
 
 
-def _checked_backup(args: argparse.Namespace) -> tuple[Digests, bool]:
-    """The backup's manifest, once the backup replays to it; and whether the directory it
-    goes to holds data (refused without --replace)."""
+def _checked_backup(
+    args: argparse.Namespace, sealed_away: set[StreamId]
+) -> tuple[Digests, bool]:
+    """The backup's manifest, once the backup replays to it (a channel some of whose events
+    are sealed with keys destroyed since, by its log's seals: put in `sealed_away`); and
+    whether the directory it goes to holds data (refused without --replace)."""
     try:
         manifest = read_manifest(args.backup)
     except BackupRefused as refused:
         raise UserError(str(refused)) from None
-    as_taken, broken = replayed(open_store(args.backup))
+    as_taken, broken = replayed(open_store(args.backup), sealed_away)
     if broken or as_taken != manifest:
         why = broken[0] if broken else "its channels differ from its manifest"
         raise UserError(f"the backup {args.backup} does not verify: {why}; nothing was changed")
@@ -216,7 +222,7 @@ def _stage(
                 f"the backup is keyed with key store {theirs}, and {args.data} with {ours}: "
                 f"restore it with EVA_KEYS naming {theirs}, into a new directory"
             )
-        staged.hashes = store.hashes
+        staged.hashes, staged.sealer = store.hashes, store.sealer  # the same key store
         held = {StreamId(m.guild_id, m.channel_id) for m in staged.streams()}
         people = forgotten_since(forget_records(staged), newer)
         now_ms = int(time.time() * 1000)

@@ -14,14 +14,16 @@ import json
 import os
 import shutil
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from eva.core.keys import StreamId, parse_stream
+from eva.core.sealed_events import keys_destroyed
 from eva.store.event_store import EventStore
 from eva.store.lmdb_kv import LMDB_LOCK_FILE, LmdbBackend
 from eva.store.private import private_dir, private_files, write_private
-from eva.store.replay import replay_stream
+from eva.store.replay import repair_stream, replay_stream
 
 MANIFEST = "backup.json"
 PARTIAL = ".partial"
@@ -41,18 +43,48 @@ class Backup:
     seconds: float
 
 
-def replayed(store: EventStore) -> tuple[Digests, list[str]]:
-    """Every stream's (events, newest seal, replay digest), and what did not replay."""
+def replayed(
+    store: EventStore, sealed_away: set[StreamId] | None = None
+) -> tuple[Digests, list[str]]:
+    """Every stream's (events, newest seal, replay digest), and what did not replay.
+
+    Given `sealed_away`, a stream whose projections differ from its log only because
+    some of its events are sealed with keys destroyed since (a copy made before a
+    forget) counts as whole if its log's seals check: it is put in `sealed_away`, with
+    the digest its projections were made with, from the log's record of them. Its
+    projections are made again once those events are erased (`repair_sealed_away`).
+    """
     digests: Digests = {}
     broken = []
     for meta in store.streams():
         stream = StreamId(meta.guild_id, meta.channel_id)
         result = replay_stream(store, stream)
-        if not result.ok or result.log is None:
+        log = result.log
+        whole_log = log is not None and log.ok and not result.damaged
+        if sealed_away is not None and not result.ok and whole_log and _keys_gone(store, stream):
+            assert log is not None
+            sealed_away.add(stream)
+            digests[stream] = (result.events, log.head, result.live_digest)
+            continue
+        if not result.ok or log is None:
             broken.append(f"{stream} does not replay ({', '.join(result.differing) or 'log'})")
             continue
-        digests[stream] = (result.events, result.log.head, result.rebuilt_digest)
+        digests[stream] = (result.events, log.head, result.rebuilt_digest)
     return digests, broken
+
+
+def _keys_gone(store: EventStore, stream: StreamId) -> bool:
+    """Whether some event of the stream is sealed with keys destroyed since it was written."""
+    return any(keys_destroyed(event) for _, event in store.events(stream))
+
+
+def repair_sealed_away(store: EventStore, streams: Iterable[StreamId]) -> None:
+    """Make the projections of streams `replayed` found sealed away what their logs give,
+    now that the events sealed with destroyed keys are erased, and compact the data file
+    (the index they replace held those people's words)."""
+    repaired = [repair_stream(store, stream) for stream in streams]
+    if repaired and isinstance(store.backend, LmdbBackend):
+        store.backend.compact()
 
 
 def take_backup(store: EventStore, source: Path, target: Path) -> Backup:

@@ -34,6 +34,7 @@ from eva.core.events import (
 from eva.core.forget import UNKEYED, PersonHashes
 from eva.core.keys import CHAIN, LAYOUT, SEALED_AT_REST, StreamId
 from eva.core.projection import Projector, Rejected, read_meta
+from eva.core.sealed_events import keys_destroyed
 from eva.core.slots import read_slot, read_slots
 from eva.core.state import (
     MessageSlot,
@@ -458,7 +459,9 @@ def read_messages(
         return
     for index, slot in read_slots(tables, stream, meta, start, stop):
         if deleted or not slot.deleted:
-            yield index, _message_of(tables, stream, slot)
+            message = _message_of(tables, stream, slot)
+            if deleted or not message.deleted:
+                yield index, message
 
 
 def _message_of(tables: Tables, stream: StreamId, slot: MessageSlot) -> StoredMessage:
@@ -467,7 +470,9 @@ def _message_of(tables: Tables, stream: StreamId, slot: MessageSlot) -> StoredMe
     if slot.content_seq != slot.posted_seq:
         edit = stored_event(tables, stream, slot.content_seq, MessageEdited)
         content, attachments, edited = edit.content, edit.attachments, edit.at_ms
-    return StoredMessage(posted, content, attachments, edited, slot.deleted)
+    # sealed with keys destroyed since (a copy made before a forget): erased, as it will be
+    gone = slot.deleted or keys_destroyed(posted)
+    return StoredMessage(posted, content, attachments, edited, gone)
 
 
 def read_line(tables: Tables, stream: StreamId, start: int, size: int) -> LineWritten | None:
