@@ -173,6 +173,8 @@ def main() -> int:
         work = args.keep or Path(scratch)
         work.mkdir(parents=True, exist_ok=True)
         export, data = work / "million.json", work / "data"
+        os.environ["EVA_KEYS"] = str(work / "keys")  # the steps' key store: never the operator's
+        os.environ.pop("EVA_MASTER_KEY", None)
         started = time.perf_counter()
         messages = _write_export_apart(export, args.repeat)
         print(f"export of {messages:,} messages written in {time.perf_counter() - started:.0f} s")

@@ -39,6 +39,7 @@ from eva.core.sealing import (
 )
 from eva.core.summarize import OfflineSummarizer
 from eva.core.tables import Tables
+from eva.demo.friends import friends_export
 from eva.memory.build import Memory
 from eva.store import seal_in_place as seal_in_place_module
 from eva.store.event_store import EventStore, read_line, read_message
@@ -324,3 +325,35 @@ def test_a_backup_taken_before_a_forget_shows_none_of_their_words_and_a_restore_
     data = (live / "data.mdb").read_bytes()
     assert gone and not any(key_id[4:] in data for key_id in gone)  # no blob sealed for them
     assert main(["replay", "--data", str(live), "--quiet"]) == 0
+
+
+def test_a_key_store_that_cannot_keep_new_keys_stops_the_write_in_one_line_and_loses_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = tmp_path / "data"
+    store = keyed(EventStore(open_backend(data)))
+    store.append(STREAM, [posted(0, ANN, "zqAnnettez", "zqmarmaladez")])
+    open_backend(data).close()
+    keys = open_key_store()
+    assert keys is not None
+    people = keys.path / PEOPLE_DIR
+    moved = tmp_path / "people-aside"
+    people.rename(moved)
+    people.write_text("not a folder")  # nothing can be made in it
+    try:
+        export = tmp_path / "friends.json"
+        export.write_bytes(friends_export(40))
+        capsys.readouterr()
+        assert main(["import", str(export), "--data", str(data)]) == 1
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "key store" in err and "Traceback" not in err
+    finally:
+        people.unlink()
+        moved.rename(people)
+    reading = keyed(EventStore(open_backend(data)), write=False)
+    assert [meta.channel_id for meta in reading.streams()] == [STREAM.channel_id]
+    with reading.backend.reading() as tables:
+        kept = read_message(tables, STREAM, 0)
+    assert kept is not None and kept.content == "zqmarmaladez"
+    open_backend(data).close()
+    assert main(["import", str(export), "--data", str(data)]) == 0  # with its keys: it goes in
