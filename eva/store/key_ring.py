@@ -26,6 +26,7 @@ from eva.core.sealed_events import (
     skeleton,
 )
 from eva.core.sealing import (
+    KEY_ID_BYTES,
     NONCE_BYTES,
     SealError,
     guild_tag,
@@ -41,6 +42,7 @@ from eva.store.person_keys import PersonKeys
 
 _TAG = b"eva-guild-tag-v1"
 _MOST_CACHED = 1 << 16
+_MOST_SEVERAL = 1 << 10
 
 
 class _Destroyed(Exception):
@@ -58,6 +60,7 @@ class KeyRing:
         self._tags: dict[int, bytes] = {}
         self._current: dict[tuple[int, int], bytes] = {}
         self._ciphers: dict[bytes, AESGCM] = {}  # by the key ids as a blob holds them
+        self._several: dict[bytes, AESGCM] = {}  # of blobs sealed for more than one
 
     def tag(self, guild_id: int) -> bytes:
         """The server's tag: the start of its people's key ids, the name of their file."""
@@ -137,6 +140,7 @@ class KeyRing:
     def forget_ciphers(self) -> None:
         """Drop the ciphers made so far (after keys were destroyed)."""
         self._ciphers.clear()
+        self._several.clear()
         self._current.clear()
 
     def _person_ids(self, guild_id: int, people: set[int]) -> dict[int, bytes]:
@@ -171,8 +175,15 @@ class KeyRing:
         return ids
 
     def _cipher(self, block: bytes) -> AESGCM:
-        """The cipher of the key ids `block` holds (eva.core.sealing.join_ids)."""
-        found = self._ciphers.get(block)
+        """The cipher of the key ids `block` holds (eva.core.sealing.join_ids).
+
+        One person's cipher is met again and again and kept; the people a line credits
+        seldom come together twice (a busy channel's lines would fill memory), so only
+        the last `_MOST_SEVERAL` of those are.
+        """
+        several = len(block) > KEY_ID_BYTES
+        cache = self._several if several else self._ciphers
+        found = cache.get(block)
         if found is not None:
             return found
         key_ids = split_ids(block)
@@ -188,8 +199,9 @@ class KeyRing:
         if any(data_key is None for data_key in data_keys):
             raise _Destroyed
         cipher = AESGCM(sealing_key([data_key for data_key in data_keys if data_key is not None]))
-        if len(self._ciphers) < _MOST_CACHED:
-            self._ciphers[block] = cipher
+        if len(cache) >= (_MOST_SEVERAL if several else _MOST_CACHED):
+            cache.clear()
+        cache[block] = cipher
         return cipher
 
 

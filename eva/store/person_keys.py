@@ -56,8 +56,13 @@ class PersonKeys:
         """The data key of each id the store holds, or None for one it destroyed; an id it
         never held is left out."""
         found: dict[bytes, bytes | None] = {}
+        read: dict[bytes, tuple[dict[bytes, bytes], set[bytes]]] = {}  # each file once a call
         for key_id in ids:
-            keys, destroyed = self._of(key_id[:GUILD_TAG_BYTES])
+            tag = key_id[:GUILD_TAG_BYTES]
+            held = read.get(tag)
+            if held is None:
+                held = read[tag] = self._of(tag)
+            keys, destroyed = held
             if key_id in keys:
                 found[key_id] = keys[key_id]
             elif key_id in destroyed:
