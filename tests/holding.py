@@ -64,23 +64,3 @@ def _strings(value: object) -> Iterator[str]:
     elif isinstance(value, list | tuple):
         for item in value:
             yield from _strings(item)
-
-
-def key_marks(guild_id: int, people: Iterable[int]) -> list[bytes]:
-    """What every blob sealed for one of `people` in the server holds as it is: the server's
-    tag and the person's part of their key id (eva.core.sealing.join_ids), of the tests'
-    key store."""
-    from eva.core.sealing import GUILD_TAG_BYTES, key_id
-
-    key_store = open_key_store(create=True)
-    assert key_store is not None
-    ring = ring_of(key_store)
-    tag = ring.tag(guild_id)
-    return [tag + key_id(tag, ring.hashes.recorded(p))[GUILD_TAG_BYTES:] for p in people]
-
-
-def sealed_for(directory: Path, marks: Iterable[bytes]) -> bool:
-    """Whether a file of the directory holds a blob sealed for one of `marks` (key_marks),
-    in a live page or a freed one."""
-    blob = file_bytes(directory)
-    return any(mark in blob for mark in marks)

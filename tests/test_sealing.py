@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import trio
 from conftest import keyed, keyed_hash
-from holding import file_bytes, held, opened_texts
+from holding import held, opened_texts
 from test_forget import SETTINGS, STREAMS, chat, marker
 
 from eva.cli.main import main
@@ -28,7 +28,6 @@ from eva.core.events import (
     use_opener,
 )
 from eva.core.keys import StreamId
-from eva.core.recall_search import people_named
 from eva.core.sealing import (
     SealError,
     header,
@@ -38,12 +37,10 @@ from eva.core.sealing import (
     seal,
     sealing_key,
 )
-from eva.core.settings import MemorySettings
 from eva.core.summarize import OfflineSummarizer
 from eva.core.tables import Tables
 from eva.demo.friends import friends_export
 from eva.memory.build import Memory
-from eva.memory.view import recall
 from eva.store import seal_in_place as seal_in_place_module
 from eva.store.event_store import EventStore, read_line, read_message
 from eva.store.key_binding import bind, ring_of, seals_at_rest
@@ -360,44 +357,3 @@ def test_a_key_store_that_cannot_keep_new_keys_stops_the_write_in_one_line_and_l
     assert kept is not None and kept.content == "zqmarmaladez"
     open_backend(data).close()
     assert main(["import", str(export), "--data", str(data)]) == 0  # with its keys: it goes in
-
-
-WORDS = ("agreement", "agreed", "agrees", "moving", "moved", "families", "family", "river")
-NAMES = ("Jonathan Reed", "Marisol", "Jo")
-
-
-def chat_of_families(count: int) -> list[MessagePosted]:
-    return [
-        MessagePosted(
-            at_ms=1_700_000_000_000 + index * 60_000, index=index, message_id=7000 + index,
-            author_id=2000 + index % 3, author_name=NAMES[index % 3],
-            content=f"{WORDS[index % len(WORDS)]} number {index} and {WORDS[(index * 5) % 8]}",
-        )
-        for index in range(count)
-    ]
-
-
-def test_a_sealed_index_finds_what_one_in_the_clear_finds_and_holds_no_word(
-    tmp_path: Path, key_store: KeyStore
-) -> None:
-    posts = chat_of_families(1500)  # past two chunks of the index, and an open one
-    clear = EventStore(open_backend(tmp_path / "clear"))  # bound to no key store
-    sealed = sealed_store(tmp_path / "sealed", key_store)
-    for store in (clear, sealed):
-        store.append(STREAM, posts)
-    settings = MemorySettings()
-    for query in ("agree", "move", "family", "river 12", "what did jonathan say", "jona moved",
-                  "marisol", "jo"):
-        found = [recall(store, STREAM, query, settings) for store in (clear, sealed)]
-        assert found[0] == found[1], query
-        assert found[0].windows or query == "jo", query
-    with clear.backend.reading() as tables:
-        plain = people_named(tables, STREAM, [b"jona", b"marisol"])
-    with sealed.backend.reading() as tables:
-        hashed = people_named(tables, STREAM, [b"jona", b"marisol"])
-    assert plain.keys() == hashed.keys() == {b"jona", b"marisol"}
-    # the sealed directory holds none of the words, names or marks as they are
-    words = [*WORDS, "jonathan", "marisol", "0by0jonathan", "number"]
-    assert all(word.encode() in file_bytes(tmp_path / "clear") for word in words)
-    assert not any(word.encode() in file_bytes(tmp_path / "sealed") for word in words)
-    assert replay_stream(sealed, STREAM).ok

@@ -537,19 +537,11 @@ def index_again(tables: Tables) -> None:
         prefix = keys.stream_prefix(stream)
         for old, _ in list(tables.scan(POSTINGS, prefix, keys.prefix_end(prefix))):
             tables.delete(POSTINGS, old)
-        index_messages(tables, stream, meta, 0, indexed_upto(stream, meta.messages))
-
-
-def index_messages(
-    tables: Tables, stream: StreamId, meta: StreamMeta, start: int, stop: int
-) -> None:
-    """Index messages start..stop-1 of the stream (those not erased), which the index
-    does not hold, as the projection would."""
-    projector = Projector(tables)
-    for index, slot in read_slots(tables, stream, meta, start, stop):
-        if not slot.deleted:
-            projector._postings.add(stream, index, projector._indexed(stream, slot))
-    projector.flush()
+        projector = Projector(tables)
+        for index, slot in read_slots(tables, stream, meta, 0, indexed_upto(stream, meta.messages)):
+            if not slot.deleted:
+                projector._postings.add(stream, index, projector._indexed(stream, slot))
+        projector.flush()
 
 
 def indexed_text(content: str, attachments: tuple[str, ...]) -> str:

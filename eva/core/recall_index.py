@@ -36,7 +36,6 @@ import msgspec
 import numpy as np
 
 from eva.core.keys import StreamId, Table, prefix_end, stream_prefix
-from eva.core.term_keys import KEY_BYTES, PLAIN, TermKeys, term_keys
 from eva.core.terms import ASCII_FOLD, MAX_TERM_CHARS, term_bytes
 
 if TYPE_CHECKING:  # the projector imports this module
@@ -54,7 +53,6 @@ MAX_FORMS_WALKED: Final = 400
 _TOTALS_SUFFIX: Final = b"\x00"
 _IN_BUCKET: Final = b"\x01"
 _TERM_HELD: Final = b"\x02"
-_IN_FAMILY: Final = b"\x03"
 _POSTING = struct.Struct("<HHB")  # offset, document length, term frequency
 POSTING_SIZE: Final = _POSTING.size
 _OFFSET = struct.Struct("<H")
@@ -322,99 +320,55 @@ class PostingBuffer:
 def write_prepared(tables: Tables, streams: Iterable[PreparedStream]) -> None:
     """Write changes that `PostingBuffer.prepare` made, as its `flush` would."""
     for prepared in streams:
-        stream = StreamId(prepared.guild_id, prepared.channel_id)
-        prefix = stream_prefix(stream)
-        names = term_keys(tables, stream, write=True)
+        prefix = stream_prefix(StreamId(prepared.guild_id, prepared.channel_id))
         totals = _Totals.read(tables, prefix)
         gone: set[bytes] = set()  # terms a bucket no longer holds
-        new: set[bytes] = set()  # terms a bucket holds now and held not
         for bucket in prepared.buckets:
             if totals.indexed(bucket.number):
-                _write_bucket(tables, prefix, bucket, names, gone, new)
+                gone |= _write_bucket(tables, prefix, bucket)
             else:
-                _write_new_bucket(tables, prefix, bucket, names, new)
+                _write_new_bucket(tables, prefix, bucket)
             totals.change(bucket)
         totals.write(tables, prefix)
-        _hold(tables, prefix, names, new)
         buckets = [number for number, count in enumerate(totals.per_bucket) if count]
         for term in sorted(gone):
-            name = names.key(term)
-            if not any(tables.get(POSTINGS, _bucket_head(prefix, n) + name) for n in buckets):
-                _let_go(tables, prefix, name)
+            if not any(tables.get(POSTINGS, _bucket_head(prefix, n) + term) for n in buckets):
+                tables.delete(POSTINGS, _term_key(prefix, term))
 
 
 def _bucket_head(prefix: bytes, number: int) -> bytes:
-    """What the keys of a bucket's postings start with; the term's name follows."""
+    """What the keys of a bucket's postings start with; the term follows."""
     return prefix + _IN_BUCKET + _U32.pack(number)
 
 
-def _term_key(prefix: bytes, name: bytes) -> bytes:
-    """The key saying that the index holds the term named `name` (eva.core.term_keys); in
-    a hashed index its value is the families the term is filed under."""
-    return prefix + _TERM_HELD + name
+def _term_key(prefix: bytes, term: bytes) -> bytes:
+    """The key saying that the index holds `term`."""
+    return prefix + _TERM_HELD + term
 
 
-def _family_key(prefix: bytes, family: bytes, name: bytes) -> bytes:
-    """The key filing the term named `name` under `family` (a hashed index only)."""
-    return prefix + _IN_FAMILY + family + name
-
-
-def _hold(tables: Tables, prefix: bytes, names: TermKeys, terms: Iterable[bytes]) -> None:
-    """Say that the index holds each of `terms` (a hashed one: filed under its families),
-    those it holds already unchanged."""
-    if not names.hashed:
-        tables.put_absent(POSTINGS, [(_term_key(prefix, term), b"") for term in sorted(terms)])
-        return
-    for term in sorted(terms):
-        name = names.key(term)
-        held = _term_key(prefix, name)
-        if tables.get(POSTINGS, held) is not None:
-            continue
-        families = names.families(term)
-        tables.put(POSTINGS, held, b"".join(families))
-        tables.put_many(POSTINGS, [(_family_key(prefix, f, name), b"") for f in families])
-
-
-def _let_go(tables: Tables, prefix: bytes, name: bytes) -> None:
-    """Say that the index holds the term named `name` no more, and unfile it."""
-    held = _term_key(prefix, name)
-    families = tables.get(POSTINGS, held)
-    if families:
-        for at in range(0, len(families), KEY_BYTES):
-            tables.delete(POSTINGS, _family_key(prefix, bytes(families[at : at + KEY_BYTES]), name))
-    tables.delete(POSTINGS, held)
-
-
-def _write_new_bucket(
-    tables: Tables, prefix: bytes, bucket: PreparedBucket, names: TermKeys, new: set[bytes]
-) -> None:
+def _write_new_bucket(tables: Tables, prefix: bytes, bucket: PreparedBucket) -> None:
     """Write a bucket that has no indexed message yet, so none of its keys exists."""
     head = _bucket_head(prefix, bucket.number)
     added = bucket.added
-    key = names.key
-    tables.put_many(POSTINGS, [(head + key(term), added[term]) for term in sorted(added)])
-    new.update(added)
+    terms = sorted(added)
+    tables.put_many(POSTINGS, [(head + term, added[term]) for term in terms])
+    tables.put_absent(POSTINGS, [(_term_key(prefix, term), b"") for term in terms])
 
 
-def _write_bucket(
-    tables: Tables,
-    prefix: bytes,
-    bucket: PreparedBucket,
-    names: TermKeys,
-    gone: set[bytes],
-    new: set[bytes],
-) -> None:
+def _write_bucket(tables: Tables, prefix: bytes, bucket: PreparedBucket) -> set[bytes]:
     """Apply one bucket's changes, reading and writing each of its keys once; the terms
-    new to the bucket go in `new`, those whose key in the bucket went in `gone`."""
+    whose key in the bucket went."""
     head = _bucket_head(prefix, bucket.number)
-    get, put, key_of = tables.get, tables.put, names.key
+    get, put = tables.get, tables.put
     removed = bucket.removed
+    new: list[bytes] = []
+    gone: set[bytes] = set()
     for term, added in bucket.added.items():
-        key = head + key_of(term)
+        key = head + term
         old = get(POSTINGS, key)
         if old is None:
             put(POSTINGS, key, added)
-            new.add(term)
+            new.append(term)
         elif term not in removed and _OFFSET.unpack_from(added)[0] > _last_offset(old):
             # New messages after every stored one (the live case): the records
             # grow at the end, with the same bytes a full re-encoding gives.
@@ -423,10 +377,12 @@ def _write_bucket(
             _merge_postings(tables, key, old, added, removed.get(term, []))
     for term, offsets in removed.items():
         if term not in bucket.added:
-            key = head + key_of(term)
+            key = head + term
             old = get(POSTINGS, key)
             if old is not None and not _merge_postings(tables, key, old, b"", offsets):
                 gone.add(term)
+    tables.put_absent(POSTINGS, [(_term_key(prefix, term), b"") for term in sorted(new)])
+    return gone
 
 
 def _merge_postings(
@@ -486,36 +442,19 @@ def read_totals(tables: Tables, prefix: bytes) -> tuple[int, list[int]]:
 
 
 def term_postings(
-    tables: Tables, prefix: bytes, name: bytes, buckets: Iterable[int]
+    tables: Tables, prefix: bytes, term: bytes, buckets: Iterable[int]
 ) -> tuple[list[tuple[int, bytes]], int]:
-    """The postings in `buckets` (base index, records) of the term the index names `name`
-    (eva.core.term_keys), and how many messages hold it."""
-    if tables.get(POSTINGS, _term_key(prefix, name)) is None:
+    """A term's postings in `buckets` (base index, records) and how many messages hold it."""
+    if tables.get(POSTINGS, _term_key(prefix, term)) is None:
         return [], 0
     found: list[tuple[int, bytes]] = []
     df = 0
     for bucket in buckets:
-        data = tables.get(POSTINGS, _bucket_head(prefix, bucket) + name)
+        data = tables.get(POSTINGS, _bucket_head(prefix, bucket) + term)
         if data is not None:
             found.append((bucket << BUCKET_BITS, data))
             df += len(data) // _POSTING.size
     return found, df
-
-
-def holds(tables: Tables, prefix: bytes, name: bytes) -> bool:
-    """Whether the index holds the term named `name`."""
-    return tables.get(POSTINGS, _term_key(prefix, name)) is not None
-
-
-def filed_under(tables: Tables, prefix: bytes, families: Iterable[bytes]) -> list[bytes]:
-    """The names of the terms a hashed index files under any of `families`, each once, at
-    most MAX_FORMS_WALKED of each family."""
-    found: list[bytes] = []
-    for family in families:
-        low = prefix + _IN_FAMILY + family
-        walked = islice(tables.scan(POSTINGS, low, prefix_end(low)), MAX_FORMS_WALKED)
-        found += [bytes(key[len(low) :]) for key, _ in walked]
-    return list(dict.fromkeys(found))
 
 
 def indexed_forms(
@@ -538,11 +477,9 @@ class OpenChunk:
     number of messages with terms and their summed length too.
     """
 
-    __slots__ = ("_by_term", "_names", "_roots", "_stems", "documents", "length", "names")
+    __slots__ = ("_by_term", "_roots", "_stems", "documents", "length")
 
-    def __init__(self, texts: Iterable[tuple[int, str]], names: TermKeys = PLAIN) -> None:
-        self.names = names  # how the index names terms: `records` takes a name
-        self._names: dict[bytes, bytes] | None = None  # a hashed index's names, when asked
+    def __init__(self, texts: Iterable[tuple[int, str]]) -> None:
         self._by_term: dict[bytes, list[tuple[int, bytes]]] = {}
         self._stems: dict[bytes, list[bytes]] | None = None  # terms by stem, when asked
         self._roots: dict[bytes, list[bytes]] = {}  # and by each of their roots
@@ -563,15 +500,9 @@ class OpenChunk:
                 record = (base, pack(offset, doc_length, min(tf, _MAX_TF)))
                 self._by_term.setdefault(term, []).append(record)
 
-    def records(self, name: bytes) -> list[tuple[int, bytes]]:
-        """The postings of the term the index names `name`: (base index, one record) per
-        message holding it."""
-        if self.names.hashed:
-            if self._names is None:
-                self._names = {self.names.key(term): term for term in self._by_term}
-            term = self._names.get(name)
-            return [] if term is None else self._by_term[term]
-        return self._by_term.get(name, [])
+    def records(self, term: bytes) -> list[tuple[int, bytes]]:
+        """The postings of one term: (base index, one record) per message holding it."""
+        return self._by_term.get(term, [])
 
     def terms_starting(self, start: bytes) -> list[bytes]:
         """The terms the messages hold that begin with `start`."""

@@ -22,8 +22,6 @@ from eva.core.keys import StreamId, stream_prefix
 from eva.core.recall_index import (
     POSTING_SIZE,
     OpenChunk,
-    filed_under,
-    holds,
     indexed_forms,
     read_totals,
     term_postings,
@@ -32,7 +30,6 @@ from eva.core.slots import read_slots
 from eva.core.state import decode_meta
 from eva.core.stems import family_prefix, related, stem, stem_roots
 from eva.core.tables import Tables
-from eva.core.term_keys import MIN_NAME_START, TermKeys, term_keys
 from eva.core.terms import AUTHOR_MARK, term_bytes
 
 # A term in more messages than this is scored only for messages that rarer
@@ -51,6 +48,7 @@ SELF_BOOST: Final = 1.0
 # The most messages a span may hold for `longest_within` to look through them.
 SPAN_READ: Final = 5000
 # A question's word this long or longer names a person whose name word it starts.
+MIN_NAME_START: Final = 4
 COVERAGE: Final = 0.0
 B: Final = 0.3
 # Scores are summed in arrays over every message index up to the highest hit while
@@ -147,11 +145,10 @@ def search(
     `total`. A query of common words alone is scored in full.
     """
     prefix = stream_prefix(stream)
-    names = term_keys(tables, stream)
     length, per_bucket = read_totals(tables, prefix)
     words = term_bytes(query) if isinstance(query, str) else list(query)
     query_words = list({stem(word): word for word in reversed(words)}.values())[::-1]
-    chunk = unindexed if isinstance(unindexed, OpenChunk) else OpenChunk(unindexed, names)
+    chunk = unindexed if isinstance(unindexed, OpenChunk) else OpenChunk(unindexed)
     documents = sum(per_bucket) + chunk.documents
     length += chunk.length
     if documents == 0 or limit <= 0:
@@ -161,7 +158,7 @@ def search(
     for word in query_words:
         postings = [
             posting
-            for form in _forms(tables, prefix, word, names)
+            for form in _forms(tables, prefix, word)
             for posting in term_postings(tables, prefix, form, buckets)[0]
         ]
         postings.extend(chunk.records_of_family(stem_roots, stem(word), stem_roots(word)))
@@ -176,8 +173,8 @@ def search(
         own_records = replace(_term_records(b"", marks), authors=author_boost)
         selfish = [
             posting
-            for name in map(names.key, SELF_WORDS)
-            for posting in [*term_postings(tables, prefix, name, buckets)[0], *chunk.records(name)]
+            for word in SELF_WORDS
+            for posting in [*term_postings(tables, prefix, word, buckets)[0], *chunk.records(word)]
         ]
         if selfish:  # their words about themselves count more
             held = _term_records(b"", selfish).indexes
@@ -189,7 +186,7 @@ def search(
     if within:
         found = [kept for kept in (_kept(records, within) for records in found) if kept]
     if written_by:
-        own = _held_by_all(tables, prefix, buckets, chunk, [names.key(m) for m in written_by])
+        own = _held_by_all(tables, prefix, buckets, chunk, written_by)
         found = [kept for kept in (_only(records, own) for records in found) if kept]
     if not found:
         return SearchResult([], 0)
@@ -211,42 +208,35 @@ def search(
 def people_named(
     tables: Tables, stream: StreamId, words: Sequence[bytes], chunk: OpenChunk | None = None
 ) -> dict[bytes, list[bytes]]:
-    """The index's names of the marks of the people whose names `words` hold
-    (eva.core.terms.author_words), by the word that names them.
+    """The index's marks of the people whose names `words` hold (eva.core.terms.author_words),
+    by the word that names them.
 
     A word names a person when it is a word of their name, or the start of
     one and at least `MIN_NAME_START` letters long ("jl777" names "jl777c").
     `chunk` holds messages the index does not hold yet.
     """
     prefix = stream_prefix(stream)
-    names = term_keys(tables, stream)
     mark = AUTHOR_MARK.encode()
     held = [] if chunk is None else chunk.terms_starting(mark)
     found: dict[bytes, list[bytes]] = {}
     for word in words:
         start = mark + word
         if len(word) >= MIN_NAME_START:
-            if names.hashed:
-                named = filed_under(tables, prefix, [names.names_starting(start)])
-            else:
-                named = indexed_forms(tables, prefix, start, lambda _term: True)
-            named += [names.key(term) for term in held if term.startswith(start)]
+            named = indexed_forms(tables, prefix, start, lambda _term: True)
+            named += [term for term in held if term.startswith(start)]
         else:
-            named = [names.key(start)] if holds(tables, prefix, names.key(start)) else []
-            named += [names.key(term) for term in held if term == start]
+            named = indexed_forms(tables, prefix, start, start.__eq__)
+            named += [term for term in held if term == start]
         if named:
             found[word] = list(dict.fromkeys(named))
     return found
 
 
-def _forms(tables: Tables, prefix: bytes, word: bytes, names: TermKeys) -> list[bytes]:
-    """The names of the indexed terms that are forms of `word` or of its family
-    (eva.core.stems.related)."""
+def _forms(tables: Tables, prefix: bytes, word: bytes) -> list[bytes]:
+    """The indexed terms that are forms of `word` or of its family (eva.core.stems.related)."""
     wanted = stem(word)
     if wanted == word and not word.isalpha():  # numbers and the like: the word alone
-        return [names.key(word)]
-    if names.hashed:  # filed under their families, as the index could not walk them
-        return filed_under(tables, prefix, names.family_of_word(word))
+        return [word]
     roots = stem_roots(word)
     return indexed_forms(
         tables, prefix, family_prefix(word), lambda term: related(term, wanted, roots)

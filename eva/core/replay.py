@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable
 from eva.core import keys
 from eva.core.digest import TableDigests, combined_digest, table_digest
 from eva.core.events import MessagePosted, decode_event
-from eva.core.keys import DISCORD_IDS, LAYOUT, PROJECTION_TABLES, StreamId, Table
+from eva.core.keys import DISCORD_IDS, PROJECTION_TABLES, StreamId, Table
 from eva.core.memtables import MemoryTables
 from eva.core.projection import Projector
 from eva.core.tables import Tables
@@ -22,19 +22,15 @@ def rebuild(
     stream: StreamId,
     stored_events: Iterable[tuple[bytes, bytes]],
     progress: Callable[[int], None] | None = None,
-    layout: Iterable[tuple[bytes, bytes]] = (),
 ) -> MemoryTables:
     """The projections of one stream, applied from its first event on, in memory.
 
     `stored_events` are the stream's entries of the events table, (key,
-    stored bytes) in key order. `layout` are the directory's layout entries
-    the projections follow (how its index names terms: eva.core.term_keys).
-    The tables hold that stream's entries and nothing else. (`eva replay`
-    rebuilds into a scratch environment instead, eva.store.replay, so that a
-    long stream is not held whole.)
+    stored bytes) in key order. The tables hold that stream's entries and
+    nothing else. (`eva replay` rebuilds into a scratch environment instead,
+    eva.store.replay, so that a long stream is not held whole.)
     """
     tables = MemoryTables()
-    tables.put_many(LAYOUT, layout)
     events = list(stored_events)
     projector = Projector(tables)
     apply_stored(tables, projector, stream, events)

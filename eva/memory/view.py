@@ -33,7 +33,6 @@ from eva.core.render import cut_to_bytes, render_line
 from eva.core.settings import MemorySettings
 from eva.core.state import StreamMeta
 from eva.core.tables import Tables
-from eva.core.term_keys import term_keys
 from eva.core.terms import AUTHOR_MARK, term_bytes
 from eva.memory.publish import LineSizes
 from eva.store.event_store import (
@@ -390,13 +389,10 @@ def _unindexed(
     if unindexed is None:
         open_chunk = read_messages(tables, stream, indexed_upto(stream, messages), messages)
         unindexed = chunks[key] = OpenChunk(
-            (
-                (index, index_text(posted.author_name, message.content, message.attachments))
-                for index, message in open_chunk
-                if index not in hidden
-                for posted in (message.posted,)
-            ),
-            term_keys(tables, stream),
+            (index, index_text(posted.author_name, message.content, message.attachments))
+            for index, message in open_chunk
+            if index not in hidden
+            for posted in (message.posted,)
         )
         while len(chunks) > OPEN_CHUNKS_KEPT:
             del chunks[next(iter(chunks))]

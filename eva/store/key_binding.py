@@ -15,12 +15,11 @@ from pathlib import Path
 from eva.core.events import use_opener
 from eva.core.keys import LAYOUT, SEALED_AT_REST
 from eva.core.tables import Tables
-from eva.core.term_keys import use_index_secrets
 from eva.store.event_store import EventStore
 from eva.store.key_ring import KeyRing
 from eva.store.key_store import KEYS_ENV, KeyStore, KeyStoreError, default_path, open_key_store
 from eva.store.kv import Backend
-from eva.store.seal_in_place import say_on_stderr, seal_in_place, sealing_owed
+from eva.store.seal_in_place import say_on_stderr, seal_in_place
 
 BOUND_TO = b"key_store"
 """The `layout` entry that holds the id of the key store the directory is bound to."""
@@ -69,10 +68,7 @@ def bind(
     store.hashes = key_store.person_hashes()
     ring = ring_of(key_store)
     use_opener(ring.open)  # what was sealed reads opened
-    use_index_secrets(ring.index_secret)  # and its index names terms by keyed hashes
-    with store.backend.reading() as tables:
-        owed = sealing_owed(tables)
-    if write and owed:  # written before (or sealed in part): sealed in place, once
+    if write and not seals_at_rest(store):  # written before: sealed in place, once
         seal_in_place(store, ring, say)
     store.sealer = ring if seals_at_rest(store) else None
 

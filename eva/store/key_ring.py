@@ -28,7 +28,6 @@ from eva.core.sealed_events import (
 from eva.core.sealing import (
     KEY_ID_BYTES,
     NONCE_BYTES,
-    SERVER,
     SealError,
     guild_tag,
     header,
@@ -42,7 +41,6 @@ from eva.store.key_store import KeyStore
 from eva.store.person_keys import PersonKeys
 
 _TAG = b"eva-guild-tag-v1"
-_INDEX = b"eva-index-terms-v1"
 _MOST_CACHED = 1 << 16
 _MOST_SEVERAL = 1 << 10
 
@@ -63,7 +61,6 @@ class KeyRing:
         self._current: dict[tuple[int, int], bytes] = {}
         self._ciphers: dict[bytes, AESGCM] = {}  # by the key ids as a blob holds them
         self._several: dict[bytes, AESGCM] = {}  # of blobs sealed for more than one
-        self._secrets: dict[int, bytes] = {}  # of servers' recall indexes
 
     def tag(self, guild_id: int) -> bytes:
         """The server's tag: the start of its people's key ids, the name of their file."""
@@ -126,22 +123,6 @@ class KeyRing:
             raise msgspec.DecodeError(str(error)) from None
         return opened(event, fields)
 
-    def index_secret(self, guild_id: int, make: bool) -> bytes | None:
-        """The secret the server's recall index names its terms by (eva.core.term_keys),
-        made from the server's own key (made too if `make`); None without one."""
-        found = self._secrets.get(guild_id)
-        if found is not None:
-            return found
-        if make:
-            key_ids = [self._person_ids(guild_id, {SERVER})[SERVER]]
-        else:
-            key_ids = self.ids_of(guild_id, self.hashes.recorded(SERVER))[-1:]
-        data_key = self.people.find(key_ids).get(key_ids[0]) if key_ids else None
-        if data_key is None:
-            return None
-        found = self._secrets[guild_id] = hmac.new(data_key, _INDEX, hashlib.sha256).digest()
-        return found
-
     def destroy_person(self, guild_id: int, person_hash: str) -> int:
         """Destroy every key the person (by their forget hash) has had in the server, for
         good; how many the store held. What they sealed reads as erased from then on, in
@@ -160,7 +141,6 @@ class KeyRing:
         """Drop the ciphers made so far (after keys were destroyed)."""
         self._ciphers.clear()
         self._several.clear()
-        self._secrets.clear()
         self._current.clear()
 
     def _person_ids(self, guild_id: int, people: set[int]) -> dict[int, bytes]:

@@ -34,17 +34,7 @@ from eva.core import keys
 from eva.core.chain import ChainCheck, ChainChecker, check_stream
 from eva.core.digest import RowsDigest, TableDigests, combined_digest, differing_tables
 from eva.core.events import decode_event
-from eva.core.keys import (
-    ALL_TABLES,
-    CHAIN,
-    DISCORD_IDS,
-    EVENTS,
-    LAYOUT,
-    PROJECTION_TABLES,
-    SEALED_AT_REST,
-    StreamId,
-    Table,
-)
+from eva.core.keys import ALL_TABLES, CHAIN, DISCORD_IDS, EVENTS, PROJECTION_TABLES, StreamId, Table
 from eva.core.memtables import MemoryTables
 from eva.core.projection import Projector, Rejected, read_meta
 from eva.core.recall_index import POSTINGS, PostingBuffer
@@ -120,11 +110,8 @@ def replay_stream(
             and isinstance(backend, LmdbBackend)
             and may_fork_beside()
         ):
-            with backend.reading() as tables:
-                sealed = tables.get(LAYOUT, SEALED_AT_REST) is not None
             beside = partial(
-                index_beside, stream=stream, scratch=partial(_scratch, sealed),
-                digest=_rebuilt_postings_digest,
+                index_beside, stream=stream, scratch=_scratch, digest=_rebuilt_postings_digest
             )
             with _in_memory() if short else _scratch() as scratch:
                 found = _replay(store, stream, scratch, progress, check_seals, beside)
@@ -352,8 +339,7 @@ class _Rebuilding:
         self._rebuilt = rebuilt
 
     def _of(self, table: Table) -> Tables:
-        # the log and the layout (how the index names terms: eva.core.term_keys) are live
-        return self._live if table in (EVENTS, LAYOUT) else self._rebuilt
+        return self._live if table == EVENTS else self._rebuilt
 
     def get(self, table: Table, key: bytes) -> bytes | None:
         return self._of(table).get(table, key)
@@ -463,16 +449,13 @@ def _running(pid: int) -> bool:
 
 
 @contextmanager
-def _scratch(sealed: bool = False) -> Iterator[_Scratch]:
+def _scratch() -> Iterator[_Scratch]:
     """A scratch environment in a folder of the temporary directory, removed after; one
-    a killed replay left there is removed by the next. `sealed`: the directory rebuilt
-    seals (its index names terms by keyed hashes), and the scratch's layout says so."""
+    a killed replay left there is removed by the next."""
     clear_left_scratch(Path(tempfile.gettempdir()))
     with tempfile.TemporaryDirectory(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-") as folder:
         try:
             scratch = _Scratch(Path(folder))
-            if sealed:
-                scratch.write(lambda tables: tables.put(LAYOUT, SEALED_AT_REST, b"1"))
             try:
                 yield scratch
             finally:
@@ -519,8 +502,7 @@ def repair_stream(
     prefix = keys.stream_prefix(stream)
     end = keys.prefix_end(prefix)
     with store.backend.reading() as tables:
-        layout = list(tables.scan(LAYOUT, b"", b"\xff" * 64))
-        rebuilt = rebuild(stream, tables.scan("events", prefix, end), progress, layout)
+        rebuilt = rebuild(stream, tables.scan("events", prefix, end), progress)
         made = [key for key, _ in rebuilt.rows(DISCORD_IDS)]
         live_rows = projection_rows(tables, stream, made)
         differing = tuple(

@@ -20,8 +20,6 @@ from eva.core import keys
 from eva.core.chain import seal, seal_before
 from eva.core.events import AnyEvent, decode_stored
 from eva.core.keys import CHAIN, LAYOUT, SEALED_AT_REST, StreamId
-from eva.core.projection import index_messages, indexed_upto, read_meta
-from eva.core.recall_index import POSTINGS
 from eva.core.sealed_events import is_sealable
 from eva.core.tables import Tables
 from eva.store.event_store import EventStore, Sealer, stored_events
@@ -30,8 +28,6 @@ from eva.store.lmdb_kv import LmdbBackend
 CHUNK_EVENTS = 8192
 """Events of a stream sealed in one transaction."""
 SEALING_AT = b"sealing_at"
-INDEXING_AGAIN = b"indexing_again"
-"""The `layout` entry of a directory sealed whose recall index is being made again."""
 """The `layout` entry of a sealing under way: the stream and the position it got to."""
 _AT = struct.Struct(">QQQ")
 
@@ -67,55 +63,12 @@ def seal_in_place(
     def done(tables: Tables) -> None:
         tables.delete(LAYOUT, SEALING_AT)
         tables.put(LAYOUT, SEALED_AT_REST, b"1")
-        tables.put(LAYOUT, INDEXING_AGAIN, b"1")
 
     store.backend.write(done)
-    # the recall index, which held the words as they are, made again by keyed hashes
-    for meta in store.streams():
-        _index_again(store, StreamId(meta.guild_id, meta.channel_id))
-    store.backend.write(lambda tables: tables.delete(LAYOUT, INDEXING_AGAIN))
     backend = store.backend
-    if isinstance(backend, LmdbBackend):
+    if sealed and isinstance(backend, LmdbBackend):
         backend.compact()
     return sealed
-
-
-def sealing_owed(tables: Tables) -> bool:
-    """Whether the directory does not seal yet, or its sealing was cut short."""
-    return (
-        tables.get(LAYOUT, SEALED_AT_REST) is None
-        or tables.get(LAYOUT, INDEXING_AGAIN) is not None
-    )
-
-
-def _index_again(store: EventStore, stream: StreamId) -> None:
-    """Make the stream's recall index again, a chunk of keys or messages a transaction."""
-    prefix = keys.stream_prefix(stream)
-    while store.backend.write(partial(_drop_index, prefix=prefix)):
-        pass
-    meta = store.meta(stream)
-    if meta is None:
-        return
-    upto = indexed_upto(stream, meta.messages)
-    for start in range(0, upto, CHUNK_EVENTS):
-        stop = min(start + CHUNK_EVENTS, upto)
-        store.backend.write(partial(_index_chunk, stream=stream, start=start, stop=stop))
-
-
-def _drop_index(tables: Tables, prefix: bytes) -> int:
-    """Delete up to `CHUNK_EVENTS` keys of a stream's recall index; how many."""
-    doomed = [bytes(key) for key, _ in islice(
-        tables.scan(POSTINGS, prefix, keys.prefix_end(prefix)), CHUNK_EVENTS
-    )]
-    for key in doomed:
-        tables.delete(POSTINGS, key)
-    return len(doomed)
-
-
-def _index_chunk(tables: Tables, stream: StreamId, start: int, stop: int) -> None:
-    meta = read_meta(tables, stream)
-    assert meta is not None
-    index_messages(tables, stream, meta, start, stop)
 
 
 def _seal_chunk(tables: Tables, stream: StreamId, start: int, stop: int, sealer: Sealer) -> int:
