@@ -313,8 +313,9 @@ def test_a_backup_taken_before_a_forget_shows_none_of_their_words_and_a_restore_
     assert set(held(backup, others)) == everyone_else
     capsys.readouterr()
     assert main(["recall", "9/1", marker(202, 4), "--data", str(backup)]) == 0
-    shown = capsys.readouterr().out  # the question is echoed; no message of theirs is shown
+    shown = capsys.readouterr().out  # the question is echoed; no message of theirs matches
     assert shown.count(marker(202, 4)) == 1 and "\n>" not in shown
+    assert shown.startswith("No messages match"), shown
     # restored over the live directory: forgotten again, their sealed words erased too
     assert main(["restore", str(backup), "--data", str(live), "--replace"]) == 0
     assert "forgot again 1 person(s)" in capsys.readouterr().out

@@ -230,12 +230,13 @@ def recall_view(
     shown: list[tuple[RecallLine, ...]] = []  # each window's lines
     texts: list[str] = []  # and its text
     sizes: list[int] = []  # and the text's bytes
-    shown_hits = misfits = 0
+    shown_hits = misfits = gone = 0
     made: dict[tuple[int, bool], RecallLine] = {}
     for index, score in result.hits:
         matched = score > 0  # a hit of score 0 is shown for its time, not its words
         hit = _visible(message_at, index)
-        if hit is None:
+        if hit is None:  # erased since the index held it (sealed with keys destroyed)
+            gone += matched
             continue
         turn = context if shown_hits < CONTEXT_HITS else 0
         around = [
@@ -273,11 +274,12 @@ def recall_view(
         misfits = 0
         windows, shown, texts, sizes = grown, grown_shown, grown_texts, grown_sizes
         shown_hits = counted
+    total = max(result.total - gone, 0)  # a message gone matches nothing any more
     return RecallView(
         query=query,
-        total=result.total,
+        total=total,
         shown_hits=shown_hits,
-        more=max(result.total - shown_hits, 0),
+        more=max(total - shown_hits, 0),
         windows=tuple(shown),
     )
 
