@@ -228,6 +228,7 @@ def test_eva_keys_says_where_the_store_is_and_gives_the_master_key_when_asked(
     assert run("keys", data=data) == 0
     out = capsys.readouterr().out
     assert f"key store {made.id} at {keys}, its master key from master.key" in out
+    assert "people's keys: " in out and "1 server(s), 1 destroyed by forgets" in out
     assert f"is keyed with key store {made.id}" in out and "not this one" not in out
     assert run("keys", "--show-master", data=data) == 0
     master = capsys.readouterr().out.strip()
@@ -246,6 +247,7 @@ def test_eva_keys_says_where_the_store_is_and_gives_the_master_key_when_asked(
     assert run("keys", "--json", data=data) == 0
     value = json.loads(capsys.readouterr().out.splitlines()[-1])
     assert value["id"] == value["data_keyed_with"] == made.id
+    assert value["people_keys"] > 0 and value["people_keys_destroyed"] == 1
     assert value["master_from"] == "EVA_MASTER_KEY"
 
 

@@ -12,6 +12,7 @@ from eva.store.event_store import EventStore
 from eva.store.key_binding import bound_id
 from eva.store.key_store import KEYS_ENV, MASTER_ENV, KeyStoreError, default_path, open_key_store
 from eva.store.lmdb_kv import open_backend, open_backend_to_read
+from eva.store.person_keys import PEOPLE_DIR, PersonKeys
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -59,11 +60,20 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(f"there is no key store at {where} (set {KEYS_ENV} to where it is)")
         print(base64.b64encode(store.master).decode())
         return 0
+    try:
+        servers, held, destroyed = (
+            (0, 0, 0) if store is None else PersonKeys(where, store.master).census()
+        )
+    except KeyStoreError as error:
+        raise UserError(str(error)) from None
     if args.json:
         print_json({
             "key_store": str(where),
             "id": None if store is None else store.id,
             "master_from": None if store is None else source,
+            "people_keys": held,
+            "people_keys_destroyed": destroyed,
+            "servers": servers,
             "data": str(args.data),
             "data_keyed_with": keyed,
         })
@@ -73,6 +83,8 @@ def run(args: argparse.Namespace) -> int:
               f"({KEYS_ENV} names another place)")
     else:
         print(f"key store {store.id} at {where}, its master key from {source}")
+        print(f"people's keys: {held:,} in {servers:,} server(s), {destroyed:,} destroyed by "
+              f"forgets; in {where / PEOPLE_DIR}, to back up with the master key")
     if keyed is not None:
         same = store is not None and store.id == keyed
         print(f"{args.data} is keyed with key store {keyed}"

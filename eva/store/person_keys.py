@@ -109,6 +109,17 @@ class PersonKeys:
             held.keys.clear()
         return gone
 
+    def census(self) -> tuple[int, int, int]:
+        """(servers, keys held, keys destroyed) of the store, from its files (no key is
+        unwrapped)."""
+        servers = held = destroyed = 0
+        for path in sorted(self.folder.glob("*.keys")) if self.folder.is_dir() else []:
+            record = self._load(path)
+            servers += 1
+            held += len(record.keys)
+            destroyed += len(record.destroyed)
+        return servers, held, destroyed
+
     def _file(self, tag: bytes) -> Path:
         return self.folder / f"{tag.hex()}.keys"
 
