@@ -358,3 +358,28 @@ def test_a_key_store_that_cannot_keep_new_keys_stops_the_write_in_one_line_and_l
     assert kept is not None and kept.content == "zqmarmaladez"
     open_backend(data).close()
     assert main(["import", str(export), "--data", str(data)]) == 0  # with its keys: it goes in
+
+
+def test_every_kind_seals_and_opens_whole(key_store: KeyStore) -> None:
+    from eva.core.events import ChannelDescribed, ReplyWritten, ToolCalled, Usage, encode_event
+    from eva.core.grounding import Detail, Grounding
+    from eva.core.sealed_events import SEALABLE
+
+    ring = ring_of(key_store)
+    events = [
+        ChannelDescribed(at_ms=1, guild_id=41, channel_id=42, guild_name="zqGuild",
+                         channel_name="zqchannel"),
+        posted(0, ANN, "zqAnnettez", "zqmarmaladez"),
+        MessageEdited(at_ms=2, index=0, message_id=500, content="zqlanternz",
+                      attachments=("zqmap.png",)),
+        *lines()[:1],
+        ToolCalled(at_ms=3, name="recall", arguments='{"query": "zqquixoticz"}', result_bytes=9),
+        ReplyWritten(at_ms=4, model="m", usage=Usage(input_tokens=1), grounding=Grounding(
+            details=(Detail(text="zqBorisz said so", kind="read"),), read=1)),
+    ]
+    assert {type(event) for event in events} == SEALABLE
+    sealed = ring.seal_events(STREAM.guild_id, events, lambda _: ANN)
+    for event, stored in zip(events, sealed, strict=True):
+        stored_bytes = encode_event(stored)
+        assert not any(word.encode() in stored_bytes for word in (*SECRET_WORDS, "zqGuild"))
+        assert ring.open(stored) == event

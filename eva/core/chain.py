@@ -59,12 +59,14 @@ def seal_before(tables: Tables, stream: StreamId, seq: int) -> bytes:
     return bytes(SEAL_BYTES) if found is None else bytes(found)
 
 
-def seal_from(tables: Tables, stream: StreamId, start: int) -> int:
-    """Seal the stream's events again from `start` to its end; return how many."""
+def seal_from(tables: Tables, stream: StreamId, start: int, stop: int | None = None) -> int:
+    """Seal the stream's events again from `start` to its end (or to `stop`, not
+    included); return how many."""
     previous = seal_before(tables, stream, start)
     prefix = keys.stream_prefix(stream)
+    end = keys.prefix_end(prefix) if stop is None else keys.event_key(stream, stop)
     made = []
-    for key, data in tables.scan("events", keys.event_key(stream, start), keys.prefix_end(prefix)):
+    for key, data in tables.scan("events", keys.event_key(stream, start), end):
         previous = seal(previous, data)
         made.append((bytes(key), previous))
     tables.put_many(CHAIN, made)

@@ -31,14 +31,7 @@ Sealable = (
     MessagePosted | MessageEdited | LineWritten | ChannelDescribed | ToolCalled | ReplyWritten
 )
 
-_FIELDS: dict[type, tuple[str, ...]] = {
-    MessagePosted: ("author_id", "author_name", "content", "attachments"),
-    MessageEdited: ("content", "attachments"),
-    LineWritten: ("text", "authors"),
-    ChannelDescribed: ("guild_name", "channel_name"),
-    ToolCalled: ("arguments",),
-    ReplyWritten: ("grounding",),
-}
+# The sealed fields of each kind, and what they read blank: the one list of them.
 _BLANK: dict[type, dict[str, Any]] = {
     MessagePosted: {"author_id": 0, "author_name": "", "content": "", "attachments": ()},
     MessageEdited: {"content": "", "attachments": ()},
@@ -47,6 +40,7 @@ _BLANK: dict[type, dict[str, Any]] = {
     ToolCalled: {"arguments": ""},
     ReplyWritten: {"grounding": None},
 }
+_FIELDS: dict[type, tuple[str, ...]] = {kind: tuple(blank) for kind, blank in _BLANK.items()}
 _DECODERS: dict[type, msgspec.msgpack.Decoder[Any]] = {
     MessagePosted: msgspec.msgpack.Decoder(tuple[int, str, str, tuple[str, ...]]),
     MessageEdited: msgspec.msgpack.Decoder(tuple[str, tuple[str, ...]]),
@@ -57,7 +51,8 @@ _DECODERS: dict[type, msgspec.msgpack.Decoder[Any]] = {
 }
 _ASSOCIATED: dict[type, bytes] = {kind: event_tag(kind).encode() for kind in _FIELDS}  # type: ignore[arg-type]
 _replace = msgspec.structs.replace
-# The sealed fields put back, each kind by name (a replay opens every event: no dict made).
+# The sealed fields put back, each kind by name: a replay opens every event, and a dict
+# of them made for each would cost it a tenth (`test_every_kind_seals_and_opens_whole`).
 _PUT_BACK: dict[type, Callable[[Any, Any], AnyEvent]] = {
     MessagePosted: lambda e, v: _replace(
         e, author_id=v[0], author_name=v[1], content=v[2], attachments=v[3], sealed=b""
@@ -67,25 +62,6 @@ _PUT_BACK: dict[type, Callable[[Any, Any], AnyEvent]] = {
     ChannelDescribed: lambda e, v: _replace(e, guild_name=v[0], channel_name=v[1], sealed=b""),
     ToolCalled: lambda e, v: _replace(e, arguments=v[0], sealed=b""),
     ReplyWritten: lambda e, v: _replace(e, grounding=v[0], sealed=b""),
-}
-# The sealed fields taken out, and blanked, each kind by name (an import seals every event).
-_TAKE: dict[type, Callable[[Any], tuple[Any, ...]]] = {
-    MessagePosted: lambda e: (e.author_id, e.author_name, e.content, e.attachments),
-    MessageEdited: lambda e: (e.content, e.attachments),
-    LineWritten: lambda e: (e.text, e.authors),
-    ChannelDescribed: lambda e: (e.guild_name, e.channel_name),
-    ToolCalled: lambda e: (e.arguments,),
-    ReplyWritten: lambda e: (e.grounding,),
-}
-_BLANKED: dict[type, Callable[[Any, bytes], AnyEvent]] = {
-    MessagePosted: lambda e, b: _replace(
-        e, author_id=0, author_name="", content="", attachments=(), sealed=b
-    ),
-    MessageEdited: lambda e, b: _replace(e, content="", attachments=(), sealed=b),
-    LineWritten: lambda e, b: _replace(e, text="", authors=(), sealed=b),
-    ChannelDescribed: lambda e, b: _replace(e, guild_name="", channel_name="", sealed=b),
-    ToolCalled: lambda e, b: _replace(e, arguments="", sealed=b),
-    ReplyWritten: lambda e, b: _replace(e, grounding=None, sealed=b),
 }
 _encoder = msgspec.msgpack.Encoder()
 ERASED_SEAL = b"\x00erased"
@@ -117,7 +93,7 @@ def people_of(event: Sealable, edited_author: int = SERVER) -> tuple[int, ...]:
 
 def secret_fields(event: Sealable) -> bytes:
     """The fields of the event that are sealed, encoded."""
-    return _encoder.encode(_TAKE[type(event)](event))
+    return _encoder.encode(tuple(getattr(event, name) for name in _FIELDS[type(event)]))
 
 
 def associated(event: Sealable) -> bytes:
@@ -127,7 +103,7 @@ def associated(event: Sealable) -> bytes:
 
 def skeleton(event: Sealable, blob: bytes) -> AnyEvent:
     """The event as stored: its sealed fields blank and `blob` holding them."""
-    return _BLANKED[type(event)](event, blob)
+    return msgspec.structs.replace(event, **_BLANK[type(event)], sealed=blob)
 
 
 def opened(event: Sealable, fields: bytes | None) -> AnyEvent:

@@ -14,12 +14,11 @@ import struct
 import sys
 from collections.abc import Callable
 from functools import partial
-from itertools import islice
 
 from eva.core import keys
-from eva.core.chain import seal, seal_before
+from eva.core.chain import seal_from
 from eva.core.events import AnyEvent, decode_stored
-from eva.core.keys import CHAIN, LAYOUT, SEALED_AT_REST, StreamId
+from eva.core.keys import LAYOUT, SEALED_AT_REST, StreamId
 from eva.core.sealed_events import is_sealable
 from eva.core.tables import Tables
 from eva.store.event_store import EventStore, Sealer, stored_events
@@ -73,24 +72,17 @@ def seal_in_place(
 
 def _seal_chunk(tables: Tables, stream: StreamId, start: int, stop: int, sealer: Sealer) -> int:
     """Seal events start..stop-1 of the stream and make their seals again; how many."""
-    prefix = keys.stream_prefix(stream)
-    scanned = tables.scan("events", keys.event_key(stream, start), keys.prefix_end(prefix))
-    rows = [(bytes(key), data) for key, data in islice(scanned, stop - start)]
     plain: list[tuple[bytes, AnyEvent]] = []
-    for key, data in rows:
+    for key, data in tables.scan(
+        "events", keys.event_key(stream, start), keys.event_key(stream, stop)
+    ):
         event = decode_stored(data)
         if is_sealable(event) and not event.sealed:
-            plain.append((key, event))
+            plain.append((bytes(key), event))
     rewritten = stored_events(tables, stream, [event for _, event in plain], sealer)
-    new = dict(zip([key for key, _ in plain], rewritten, strict=True))
-    tables.put_many("events", new.items())
+    tables.put_many("events", zip([key for key, _ in plain], rewritten, strict=True))
     # the seals from here on change with any event rewritten before: made again, all of them
-    previous = seal_before(tables, stream, start)
-    made = []
-    for key, data in rows:
-        previous = seal(previous, new.get(key, data))
-        made.append((key, previous))
-    tables.put_many(CHAIN, made)
+    seal_from(tables, stream, start, stop)
     tables.put(LAYOUT, SEALING_AT, _AT.pack(stream.guild_id, stream.channel_id, stop))
     return len(plain)
 
